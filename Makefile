@@ -1,0 +1,36 @@
+# Each target builds .venv itself, so a fresh clone needs nothing installed by hand.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: test lint typecheck unit demo bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict src/rollcap
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -W error
+
+test: lint typecheck unit
+
+demo: $(STAMP)
+	$(BIN)/python -m rollcap.demo
+
+bench: $(STAMP)
+	$(BIN)/python bench/store.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,42 @@
+"""rollcap: model-call capture for LLM agent evaluation and RL training.
+
+The public API is what this module exports; everything else is internal and may change.
+"""
+
+from rollcap.ids import build_rollout_id, rollout_id_from_run, validate_rollout_id
+from rollcap.metrics import Gap, aggregate, build_attachment
+from rollcap.records import ErrorCategory, ModelCallRecord, RawRecord, error_category
+from rollcap.routing import base_url_for_run, url_path_for_request, url_path_for_run
+from rollcap.store import (
+    AvailableRecords,
+    CaptureReadError,
+    CaptureStore,
+    aggregate_model_call_metrics,
+    capture_attachment,
+    read_model_call_records,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AvailableRecords",
+    "CaptureReadError",
+    "CaptureStore",
+    "ErrorCategory",
+    "Gap",
+    "ModelCallRecord",
+    "RawRecord",
+    "__version__",
+    "aggregate",
+    "aggregate_model_call_metrics",
+    "base_url_for_run",
+    "build_attachment",
+    "build_rollout_id",
+    "capture_attachment",
+    "error_category",
+    "read_model_call_records",
+    "rollout_id_from_run",
+    "url_path_for_request",
+    "url_path_for_run",
+    "validate_rollout_id",
+]

@@ -1,0 +1,90 @@
+"""Rollout ids: build them from a run request, validate them, add the attempt suffix.
+
+A rollout id becomes a file name in the capture directory and a URL path segment, so it is
+validated against one grammar and refused (never sanitised) when it does not match: a sanitised
+id could map two rollouts onto one file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "ROLLOUT_ID_MAX_LENGTH",
+    "ROLLOUT_ID_PATTERN",
+    "build_rollout_id",
+    "rollout_id_from_run",
+    "validate_rollout_id",
+]
+
+ROLLOUT_ID_MAX_LENGTH = 200
+# \Z rather than $: `$` also matches before a trailing newline, which would let "a\n" through.
+ROLLOUT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}\Z", re.ASCII)
+_RULE = "^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+
+TASK_INDEX_KEY = "_ng_task_index"
+ROLLOUT_INDEX_KEY = "_ng_rollout_index"
+ATTEMPT_INDEX_KEY = "_ng_attempt_index"
+ROLLOUT_ID_KEY = "_ng_rollout_id"
+
+
+def validate_rollout_id(rollout_id: object) -> str:
+    """Return ``rollout_id`` unchanged when it matches the grammar, else raise ``ValueError``."""
+    if not isinstance(rollout_id, str):
+        raise ValueError(
+            f"invalid rollout id {rollout_id!r}: must be a string matching {_RULE}",
+        )
+    if ROLLOUT_ID_PATTERN.match(rollout_id) is None:
+        shown = rollout_id if len(rollout_id) <= 60 else rollout_id[:57] + "..."
+        raise ValueError(
+            f"invalid rollout id {shown!r} (length {len(rollout_id)}): must match {_RULE}",
+        )
+    return rollout_id
+
+
+def _index(body: Mapping[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    # bool is an int subclass; True as a task index is a caller bug, not index 1.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"invalid {key} {value!r}: must be an integer >= 0")
+    return value
+
+
+def build_rollout_id(task_index: int, rollout_index: int, attempt_index: int = 0) -> str:
+    """``<task>-<rollout>``, plus ``-a<n>`` for a resume attempt n > 0."""
+    for key, value in (
+        (TASK_INDEX_KEY, task_index),
+        (ROLLOUT_INDEX_KEY, rollout_index),
+        (ATTEMPT_INDEX_KEY, attempt_index),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"invalid {key} {value!r}: must be an integer >= 0")
+    base = f"{task_index}-{rollout_index}"
+    return f"{base}-a{attempt_index}" if attempt_index > 0 else base
+
+
+def rollout_id_from_run(body: object) -> str | None:
+    """The rollout id a run request body carries, or ``None`` when it carries none.
+
+    ``_ng_rollout_id`` wins when present; otherwise the id is built from the task and rollout
+    indices, and the attempt index adds ``-a<n>`` when n > 0 (for an explicit id too, so that a
+    resumed attempt never appends to the earlier attempt's file). A present but malformed value is
+    an error rather than ``None``: silently dropping it would leave the rollout uncaptured.
+    """
+    if not isinstance(body, Mapping):
+        return None
+    attempt = _index(body, ATTEMPT_INDEX_KEY) or 0
+    explicit = body.get(ROLLOUT_ID_KEY)
+    if explicit is not None:
+        validate_rollout_id(explicit)
+        rollout_id = f"{explicit}-a{attempt}" if attempt > 0 else str(explicit)
+        return validate_rollout_id(rollout_id)
+    task = _index(body, TASK_INDEX_KEY)
+    rollout = _index(body, ROLLOUT_INDEX_KEY)
+    if task is None or rollout is None:
+        return None
+    return validate_rollout_id(build_rollout_id(task, rollout, attempt))

@@ -1,0 +1,91 @@
+"""The ``/ng-rollout/<rollout_id>/`` URL prefix: parse, strip and apply.
+
+The prefix is how a model call says which rollout it belongs to. A model server strips it before
+routing; agents add it to their outgoing model calls. Everything here is pure string work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rollcap.ids import rollout_id_from_run, validate_rollout_id
+
+__all__ = [
+    "ROLLOUT_PREFIX",
+    "SCOPE_ROLLOUT_ID_KEY",
+    "apply_prefix",
+    "base_url_for_run",
+    "split_prefix",
+    "url_path_for_request",
+    "url_path_for_run",
+]
+
+ROLLOUT_PREFIX = "/ng-rollout/"
+# Where the model and agent servers keep the stripped rollout id in the ASGI scope, so a handler
+# behind the stripping middleware can still carry it onwards.
+SCOPE_ROLLOUT_ID_KEY = "rollcap.rollout_id"
+
+
+def split_prefix(path: str) -> tuple[str | None, str]:
+    """Split ``/ng-rollout/<id>/rest`` into ``(id, "/rest")``; other paths give ``(None, path)``.
+
+    A path that starts with the prefix but carries an invalid id raises ``ValueError``: a server
+    answers it with 400 instead of routing it as an unprefixed call.
+    """
+    if not path.startswith(ROLLOUT_PREFIX):
+        return None, path
+    rest = path[len(ROLLOUT_PREFIX) :]
+    rollout_id, slash, tail = rest.partition("/")
+    validate_rollout_id(rollout_id)
+    return rollout_id, (slash + tail) or "/"
+
+
+def apply_prefix(url_path: str, rollout_id: str) -> str:
+    """``/ng-rollout/<id>`` + ``url_path``; ``url_path`` must start with ``/``."""
+    validate_rollout_id(rollout_id)
+    if not url_path.startswith("/"):
+        raise ValueError(f"url path {url_path!r} must start with '/'")
+    if url_path.startswith(ROLLOUT_PREFIX):
+        raise ValueError(f"url path {url_path!r} already carries a rollout prefix")
+    return f"{ROLLOUT_PREFIX}{rollout_id}{url_path}"
+
+
+def url_path_for_run(url_path: str, body: object) -> str:
+    """Prefix ``url_path`` with the run body's rollout id, or return it unchanged if it has none."""
+    rollout_id = rollout_id_from_run(body)
+    return url_path if rollout_id is None else apply_prefix(url_path, rollout_id)
+
+
+def base_url_for_run(base_url: str, body: object) -> str:
+    """``base_url`` with the rollout prefix, for SDK clients configured once (caller adds /v1)."""
+    rollout_id = rollout_id_from_run(body)
+    if rollout_id is None:
+        return base_url
+    return base_url.rstrip("/") + ROLLOUT_PREFIX + validate_rollout_id(rollout_id)
+
+
+def _rollout_id_of_request(request: object) -> str | None:
+    scope: Any = getattr(request, "scope", request)
+    if isinstance(scope, Mapping):
+        stored = scope.get(SCOPE_ROLLOUT_ID_KEY)
+        if stored is not None:
+            return validate_rollout_id(stored)
+        return split_prefix(str(scope.get("root_path", "")) + str(scope.get("path", "")))[0]
+    if isinstance(request, str):
+        return split_prefix(request)[0]
+    url = getattr(request, "url", None)
+    url_path = getattr(url, "path", None)
+    if isinstance(url_path, str):
+        return split_prefix(url_path)[0]
+    return None
+
+
+def url_path_for_request(url_path: str, request: object) -> str:
+    """Carry an inbound prefixed self-call's rollout id onto an outgoing call's path.
+
+    ``request`` may be a Starlette request, an ASGI scope, or the inbound path itself. When the
+    inbound call carried no prefix, ``url_path`` is returned unchanged.
+    """
+    rollout_id = _rollout_id_of_request(request)
+    return url_path if rollout_id is None else apply_prefix(url_path, rollout_id)

@@ -1,0 +1,178 @@
+"""Incremental server-sent-events decoder and encoder (pure, no I/O).
+
+The decoder follows the WHATWG event-stream parsing rules. It is fed arbitrary byte chunks, as they
+come off a socket, and returns the events completed so far. Lines are cut in bytes and decoded only
+once whole, so a chunk boundary inside a UTF-8 character or between the CR and LF of a CRLF costs
+nothing special.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SSEDecoder", "SSEEvent", "encode_event"]
+
+_BOM = "\ufeff"
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One dispatched event. ``event`` is ``None`` when the stream named no type ("message")."""
+
+    data: str
+    event: str | None = None
+    id: str | None = None
+    retry: int | None = None
+
+
+class SSEDecoder:
+    """``feed(chunk) -> events``; ``flush() -> events`` at end of stream.
+
+    An event still pending when the stream ends without its blank line is *not* dispatched by
+    ``flush`` unless ``dispatch_unterminated`` is true: per the standard it is incomplete, but a
+    capture wants to see what arrived, so callers choose.
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_data",
+        "_event",
+        "_has_data",
+        "_id",
+        "_last_id",
+        "_pending_cr",
+        "_retry",
+        "_started",
+    )
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._pending_cr = False
+        self._started = False
+        self._data: list[str] = []
+        self._has_data = False
+        self._event: str | None = None
+        self._id: str | None = None
+        self._last_id: str | None = None
+        self._retry: int | None = None
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        events: list[SSEEvent] = []
+        if not chunk:
+            return events
+        buf = self._buffer
+        start = 0
+        if self._pending_cr:
+            # The previous chunk ended in CR; an LF right here belongs to that line end.
+            self._pending_cr = False
+            if chunk[:1] == b"\n":
+                start = 1
+        buf += chunk[start:] if start else chunk
+        pos = 0
+        n = len(buf)
+        while pos < n:
+            cr = buf.find(b"\r", pos)
+            lf = buf.find(b"\n", pos)
+            if cr == -1 and lf == -1:
+                break
+            if cr == -1 or (lf != -1 and lf < cr):
+                end, nxt = lf, lf + 1
+            elif cr == n - 1:
+                # CR at the very end: the line is complete, but a following LF may be in the
+                # next chunk and must not count as a second (blank) line.
+                end, nxt = cr, cr + 1
+                self._pending_cr = True
+            elif buf[cr + 1] == 0x0A:
+                end, nxt = cr, cr + 2
+            else:
+                end, nxt = cr, cr + 1
+            self._line(bytes(buf[pos:end]), events)
+            pos = nxt
+        del buf[:pos]
+        return events
+
+    def flush(self, *, dispatch_unterminated: bool = False) -> list[SSEEvent]:
+        """End of stream. Returns the pending event only when asked to (see class docstring)."""
+        events: list[SSEEvent] = []
+        if self._buffer:
+            self._line(bytes(self._buffer), events)
+            self._buffer.clear()
+        if dispatch_unterminated:
+            self._dispatch(events)
+        self._reset_event()
+        self._pending_cr = False
+        return events
+
+    @property
+    def has_pending(self) -> bool:
+        """True when bytes or fields of an unfinished event are held."""
+        return bool(self._buffer) or self._has_data or self._event is not None
+
+    def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
+        line = raw.decode("utf-8", errors="replace")
+        if not self._started:
+            self._started = True
+            if line.startswith(_BOM):
+                line = line[1:]
+        if not line:
+            self._dispatch(events)
+            return
+        if line[0] == ":":
+            return
+        field, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if field == "data":
+            self._data.append(value)
+            self._has_data = True
+        elif field == "event":
+            self._event = value
+        elif field == "id":
+            if "\x00" not in value:
+                self._id = value
+        elif field == "retry" and value.isascii() and value.isdigit():
+            self._retry = int(value)
+        # Unknown fields are ignored, as the standard says.
+
+    def _dispatch(self, events: list[SSEEvent]) -> None:
+        if self._id is not None:
+            self._last_id = self._id
+        if self._has_data:
+            events.append(
+                SSEEvent(
+                    data="\n".join(self._data),
+                    event=self._event or None,
+                    id=self._last_id,
+                    retry=self._retry,
+                ),
+            )
+        self._reset_event()
+
+    def _reset_event(self) -> None:
+        self._data = []
+        self._has_data = False
+        self._event = None
+        self._id = None
+        self._retry = None
+
+
+def encode_event(event: SSEEvent) -> bytes:
+    """Serialize one event with LF line ends, each data line on its own ``data:`` field."""
+    parts: list[str] = []
+    if event.event is not None:
+        _check_single_line("event", event.event)
+        parts.append(f"event: {event.event}\n")
+    if event.id is not None:
+        _check_single_line("id", event.id)
+        parts.append(f"id: {event.id}\n")
+    if event.retry is not None:
+        parts.append(f"retry: {event.retry}\n")
+    for line in event.data.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        parts.append(f"data: {line}\n")
+    parts.append("\n")
+    return "".join(parts).encode("utf-8")
+
+
+def _check_single_line(name: str, value: str) -> None:
+    if "\n" in value or "\r" in value:
+        raise ValueError(f"SSE {name} field must be a single line: {value!r}")

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rollcap.sse import SSEDecoder, SSEEvent, encode_event
+
+
+def decode(*chunks: bytes, unterminated: bool = False) -> list[SSEEvent]:
+    decoder = SSEDecoder()
+    events: list[SSEEvent] = []
+    for chunk in chunks:
+        events += decoder.feed(chunk)
+    return events + decoder.flush(dispatch_unterminated=unterminated)
+
+
+def test_fields_multiline_data_comments_and_ids() -> None:
+    raw = (
+        b": keep-alive comment\n"
+        b"event: delta\nid: 7\ndata: one\ndata: two\nretry: 1500\n\n"
+        b"data:no-space\n\n"
+        b"event: ignored-without-data\n\n"
+        b"data\n\n"
+        b"unknown: field\ndata: x\n\n"
+    )
+    assert decode(raw) == [
+        SSEEvent(data="one\ntwo", event="delta", id="7", retry=1500),
+        SSEEvent(data="no-space", id="7"),
+        SSEEvent(data="", id="7"),
+        SSEEvent(data="x", id="7"),
+    ]
+
+
+def test_line_endings_lf_crlf_cr_mixed() -> None:
+    expected = [SSEEvent(data="a", event="e"), SSEEvent(data="b")]
+    for eol in (b"\n", b"\r\n", b"\r"):
+        raw = b"event: e" + eol + b"data: a" + eol + eol + b"data: b" + eol + eol
+        assert decode(raw) == expected, eol
+    assert decode(b"event: e\r\ndata: a\r\r\ndata: b\n\r\n") == expected
+
+
+def test_crlf_split_between_cr_and_lf_is_one_line_end() -> None:
+    assert decode(b"data: a\r", b"\n\r", b"\n") == [SSEEvent(data="a")]
+    assert decode(b"data: a\r", b"\ndata: b\r\n\r\n") == [SSEEvent(data="a\nb")]
+
+
+def test_utf8_split_inside_a_character() -> None:
+    raw = "data: héllo → 世界 🎉\n\n".encode()
+    for cut in range(1, len(raw)):
+        assert decode(raw[:cut], raw[cut:]) == [SSEEvent(data="héllo → 世界 🎉")], cut
+
+
+def test_invalid_utf8_is_replaced_not_raised() -> None:
+    assert decode(b"data: \xff\xfe\n\n") == [SSEEvent(data="\ufffd\ufffd")]
+
+
+def test_bom_is_stripped_once() -> None:
+    assert decode(b"\xef\xbb\xbfdata: a\n\n") == [SSEEvent(data="a")]
+
+
+def test_unterminated_event_only_on_request() -> None:
+    assert decode(b"data: a\n\ndata: b") == [SSEEvent(data="a")]
+    assert decode(b"data: a\n\ndata: b", unterminated=True) == [
+        SSEEvent(data="a"),
+        SSEEvent(data="b"),
+    ]
+    decoder = SSEDecoder()
+    decoder.feed(b"data: partial")
+    assert decoder.has_pending
+
+
+def test_encode_roundtrip() -> None:
+    event = SSEEvent(data='{"a":1}\nsecond', event="response.created", id="3", retry=10)
+    assert encode_event(event) == (
+        b'event: response.created\nid: 3\nretry: 10\ndata: {"a":1}\ndata: second\n\n'
+    )
+    assert decode(encode_event(event)) == [event]
+
+
+@given(st.binary(max_size=400), st.lists(st.integers(min_value=0, max_value=400), max_size=8))
+def test_any_bytes_any_split_never_raises_and_split_is_invisible(
+    raw: bytes, cuts: list[int]
+) -> None:
+    points = sorted({min(c, len(raw)) for c in cuts})
+    chunks = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=True)]
+    assert decode(*chunks, unterminated=True) == decode(raw, unterminated=True)
+
+
+_line_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+    max_size=30,
+)
+
+
+@given(
+    st.lists(
+        st.builds(
+            SSEEvent,
+            data=st.lists(_line_text, min_size=1, max_size=3).map("\n".join),
+            event=st.none() | _line_text.filter(lambda s: s != ""),
+        ),
+        max_size=6,
+    )
+)
+def test_encoded_events_decode_back(events: list[SSEEvent]) -> None:
+    raw = b"".join(encode_event(e) for e in events)
+    assert decode(raw) == events
