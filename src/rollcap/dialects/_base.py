@@ -1,0 +1,148 @@
+"""Types and helpers shared by the dialect modules (pure).
+
+Each dialect module (``responses``, ``chat``, ``messages``) exposes the same four names:
+
+- ``NAME``: the dialect's name as written in a raw record's ``dialect`` field.
+- ``normalize(response) -> Normalized``: read ids, status, usage, tool calls and reasoning from a
+  complete (non-streamed or reassembled) response object. Never raises, whatever the input.
+- ``is_terminal_event(event) -> bool``: true for the event that ends a stream of this dialect
+  (the one the model server holds back until the call's record is durable).
+- ``StreamReassembler``: ``feed(event)`` for each decoded SSE event, then ``finish()`` returns a
+  ``Reassembly``: the object the non-streaming API would have returned (partial when the stream was
+  cut) and how the stream ended. Neither method raises, whatever the input.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from rollcap.sse import SSEEvent
+
+__all__ = [
+    "Normalized",
+    "Reassembly",
+    "StreamOutcome",
+    "StreamReassembler",
+    "ToolCall",
+    "Usage",
+    "as_count",
+    "as_dict",
+    "as_str",
+    "load_json_object",
+    "parse_arguments",
+    "sum_counts",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts after the contract's rules: ``None`` is unknown, never zero."""
+
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens_reasoning: int | None = None
+    tokens_total: int | None = None
+    cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model made. ``arguments`` is parsed JSON, or ``{"_raw": text}``."""
+
+    call_id: str | None
+    name: str | None
+    arguments: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True, slots=True)
+class Normalized:
+    """What a response says, read the same way for every dialect."""
+
+    response_id: str | None = None
+    model: str | None = None
+    response_status: str | None = None
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning_content: str | None = None
+
+
+class StreamOutcome(enum.Enum):
+    """How a stream ended, as far as its events tell."""
+
+    COMPLETED = "completed"  # the dialect's terminal event arrived, no error
+    INCOMPLETE = "incomplete"  # Responses ``response.incomplete``
+    ERROR = "error"  # an error event (or Responses ``response.failed``)
+    TRUNCATED = "truncated"  # closed without the terminal event
+
+
+@dataclass(frozen=True, slots=True)
+class Reassembly:
+    """The result of reassembling one stream."""
+
+    response: dict[str, Any] | None
+    outcome: StreamOutcome
+    error: dict[str, Any] | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return self.outcome is StreamOutcome.TRUNCATED
+
+
+class StreamReassembler(Protocol):
+    def feed(self, event: SSEEvent) -> None: ...
+
+    def finish(self) -> Reassembly: ...
+
+
+def as_count(value: object) -> int | None:
+    """A provider-reported count: an int >= 0 (a bool or float is not a count), else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def sum_counts(*values: int | None) -> int | None:
+    """Sum of the known counts, ``None`` when none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def as_dict(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else an empty mapping (so lookups never raise)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def parse_arguments(value: object) -> Any:
+    """Tool-call arguments: a JSON string is parsed, other text becomes ``{"_raw": text}``.
+
+    Arguments that are already structured (Anthropic ``input``) are returned as they are.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return {"_raw": value}
+
+
+def load_json_object(text: str) -> dict[str, Any] | None:
+    """Parse an SSE data payload; ``None`` unless it is a JSON object."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,276 @@
+"""The raw capture record, the normalized ``ModelCallRecord``, and error categories (pure).
+
+A raw record is one line of ``<rollout_id>.capture.jsonl``: exactly the contract's keys, so other
+implementations of the format can read our files and we can read theirs. A ``ModelCallRecord`` is
+derived from a raw record by the dialect's ``normalize``; it is never stored, always recomputed, so
+a fix to normalization applies to files already written.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from rollcap.dialects import DIALECT_NAMES, Normalized, get_dialect
+from rollcap.dialects._base import as_count, as_str
+
+__all__ = [
+    "MODEL_REF_TYPE",
+    "ErrorCategory",
+    "ModelCallRecord",
+    "RawRecord",
+    "error_category",
+    "model_ref",
+    "new_model_call_id",
+]
+
+MODEL_REF_TYPE = "responses_api_models"
+
+
+class ErrorCategory(enum.StrEnum):
+    TIMEOUT = "timeout"
+    RATE_LIMIT = "rate_limit"
+    AUTH = "auth"
+    NOT_FOUND = "not_found"
+    CLIENT_ERROR = "client_error"
+    UPSTREAM_ERROR = "upstream_error"
+    INCOMPLETE = "incomplete"
+    STREAM_TRUNCATED = "stream_truncated"
+    CANCELLED = "cancelled"
+    CONNECTION = "connection"
+    CAPTURE_PARSE_ERROR = "capture_parse_error"
+
+
+def error_category(
+    status_code: int | None,
+    *,
+    stream_error: bool = False,
+    incomplete: bool = False,
+    truncated: bool = False,
+    cancelled: bool = False,
+    connection_failed: bool = False,
+    timed_out: bool = False,
+    parse_failed: bool = False,
+) -> ErrorCategory | None:
+    """The contract's error category of one call: the first rule that applies, else ``None``.
+
+    The HTTP status decides first, so a 429 whose body also failed to parse is ``rate_limit``.
+    """
+    if status_code is not None:
+        if status_code in (408, 504):
+            return ErrorCategory.TIMEOUT
+        if status_code == 429:
+            return ErrorCategory.RATE_LIMIT
+        if status_code in (401, 403):
+            return ErrorCategory.AUTH
+        if status_code == 404:
+            return ErrorCategory.NOT_FOUND
+        if 400 <= status_code < 500:
+            return ErrorCategory.CLIENT_ERROR
+        if 500 <= status_code < 600:
+            return ErrorCategory.UPSTREAM_ERROR
+    for applies, category in (
+        (stream_error, ErrorCategory.UPSTREAM_ERROR),
+        (incomplete, ErrorCategory.INCOMPLETE),
+        (truncated, ErrorCategory.STREAM_TRUNCATED),
+        (cancelled, ErrorCategory.CANCELLED),
+        (connection_failed, ErrorCategory.CONNECTION),
+        (timed_out, ErrorCategory.TIMEOUT),
+        (parse_failed, ErrorCategory.CAPTURE_PARSE_ERROR),
+    ):
+        if applies:
+            return category
+    return None
+
+
+def new_model_call_id() -> str:
+    return uuid.uuid4().hex
+
+
+def model_ref(server_name: str) -> dict[str, str]:
+    return {"type": MODEL_REF_TYPE, "name": server_name}
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 2)
+
+
+_REQUIRED_KEYS = (
+    "model_call_id",
+    "dialect",
+    "model_ref",
+    "started_at",
+    "completed_at",
+    "latency_ms",
+    "latency_ttft_ms",
+    "status_code",
+    "error_category",
+    "request",
+    "response",
+)
+_OPTIONAL_KEYS = ("request_raw", "response_raw", "client_session_id", "gaps")
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """One captured exchange, as persisted. ``to_json`` gives exactly the contract's keys."""
+
+    model_call_id: str
+    dialect: str
+    model_ref: dict[str, Any]
+    started_at: float
+    completed_at: float
+    latency_ms: float | None
+    latency_ttft_ms: float | None
+    status_code: int | None
+    error_category: str | None
+    request: dict[str, Any] | None
+    response: dict[str, Any] | None
+    request_raw: str | None = None
+    response_raw: str | None = None
+    client_session_id: str | None = None
+    gaps: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        # Latencies are kept at 2 decimals, as the format says; rounding here means every
+        # producer of a record agrees without having to remember.
+        object.__setattr__(self, "latency_ms", _ms(self.latency_ms))
+        object.__setattr__(self, "latency_ttft_ms", _ms(self.latency_ttft_ms))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {key: getattr(self, key) for key in _REQUIRED_KEYS}
+        if isinstance(self.error_category, ErrorCategory):
+            out["error_category"] = self.error_category.value
+        for key in _OPTIONAL_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> RawRecord:
+        """Read a persisted line leniently: unknown keys are ignored, mistyped ones become null.
+
+        Files written by other implementations (or later versions) must still read.
+        """
+
+        def _num(key: str) -> float | None:
+            value = obj.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return None
+            return float(value)
+
+        def _obj(key: str) -> dict[str, Any] | None:
+            value = obj.get(key)
+            return value if isinstance(value, dict) else None
+
+        status = obj.get("status_code")
+        if isinstance(status, bool) or not isinstance(status, int):
+            status = None
+        gaps = obj.get("gaps")
+        return cls(
+            model_call_id=as_str(obj.get("model_call_id")) or "",
+            dialect=as_str(obj.get("dialect")) or "",
+            model_ref=_obj("model_ref") or {},
+            started_at=_num("started_at") or 0.0,
+            completed_at=_num("completed_at") or 0.0,
+            latency_ms=_num("latency_ms"),
+            latency_ttft_ms=_num("latency_ttft_ms"),
+            status_code=status,
+            error_category=as_str(obj.get("error_category")),
+            request=_obj("request"),
+            response=_obj("response"),
+            request_raw=as_str(obj.get("request_raw")),
+            response_raw=as_str(obj.get("response_raw")),
+            client_session_id=as_str(obj.get("client_session_id")),
+            gaps=[g for g in gaps if isinstance(g, dict)] if isinstance(gaps, list) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallRecord:
+    """One model call, normalized. Field order is the contract's."""
+
+    model_call_id: str
+    response_id: str | None
+    call_index: int
+    model_ref: dict[str, Any]
+    model: str | None
+    dialect: str
+    status_code: int | None
+    response_status: str | None
+    finish_reason: str | None
+    started_at: float
+    completed_at: float
+    tokens_in: int | None
+    tokens_out: int | None
+    tokens_reasoning: int | None
+    tokens_total: int | None
+    cached_tokens: int | None
+    cache_creation_tokens: int | None
+    cache_hit: bool | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning_content: str | None = None
+    error_category: str | None = None
+    latency_total_ms: float | None = None
+    latency_ttft_ms: float | None = None
+    client_session_id: str | None = None
+    request: dict[str, Any] | None = None
+    response: dict[str, Any] | None = None
+    request_raw: str | None = None
+    response_raw: str | None = None
+
+    @classmethod
+    def from_raw(cls, raw: RawRecord | Mapping[str, Any], call_index: int) -> ModelCallRecord:
+        if not isinstance(raw, RawRecord):
+            raw = RawRecord.from_json(raw)
+        normalized = Normalized()
+        if raw.response is not None and raw.dialect in DIALECT_NAMES:
+            normalized = get_dialect(raw.dialect).normalize(raw.response)
+        usage = normalized.usage
+        request_model = as_str((raw.request or {}).get("model"))
+        cached = as_count(usage.cached_tokens)
+        return cls(
+            model_call_id=raw.model_call_id,
+            response_id=normalized.response_id,
+            call_index=call_index,
+            model_ref=raw.model_ref,
+            model=normalized.model or request_model,
+            dialect=raw.dialect,
+            status_code=raw.status_code,
+            response_status=normalized.response_status,
+            finish_reason=normalized.finish_reason,
+            started_at=raw.started_at,
+            completed_at=raw.completed_at,
+            tokens_in=usage.tokens_in,
+            tokens_out=usage.tokens_out,
+            tokens_reasoning=usage.tokens_reasoning,
+            tokens_total=usage.tokens_total,
+            cached_tokens=cached,
+            cache_creation_tokens=usage.cache_creation_tokens,
+            cache_hit=None if cached is None else cached > 0,
+            tool_calls=[call.to_dict() for call in normalized.tool_calls],
+            reasoning_content=normalized.reasoning_content,
+            error_category=raw.error_category,
+            latency_total_ms=raw.latency_ms,
+            latency_ttft_ms=raw.latency_ttft_ms,
+            client_session_id=raw.client_session_id,
+            request=raw.request,
+            response=raw.response,
+            request_raw=raw.request_raw,
+            response_raw=raw.response_raw,
+        )
+
+    def to_dict(self, *, payloads: bool = True) -> dict[str, Any]:
+        """The record as a JSON object; ``payloads=False`` drops request/response and raw texts."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not payloads:
+            for key in _PAYLOAD_KEYS:
+                del out[key]
+        return out
+
+
+_PAYLOAD_KEYS = ("request", "response", "request_raw", "response_raw")

@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rollcap.records import ErrorCategory, ModelCallRecord, RawRecord, error_category, model_ref
+
+# The raw record printed on the spec page, as one persisted line would hold it.
+SPEC_RECORD: dict[str, Any] = {
+    "model_call_id": "863410a8d52e4be6a31efc5c6e9d4629",
+    "dialect": "responses",
+    "model_ref": {"type": "responses_api_models", "name": "policy_model"},
+    "started_at": 1786032154.12,
+    "completed_at": 1786032154.96,
+    "latency_ms": 842.7,
+    "latency_ttft_ms": 213.4,
+    "status_code": 200,
+    "error_category": None,
+    "request": {
+        "model": "gpt-4.1-2025-04-14",
+        "input": [{"role": "user", "content": "Which option is correct?"}],
+    },
+    "response": {
+        "id": "resp_123",
+        "status": "completed",
+        "usage": {"input_tokens": 94, "output_tokens": 28, "total_tokens": 122},
+    },
+}
+
+
+def test_spec_record_normalizes_as_the_page_shows() -> None:
+    record = ModelCallRecord.from_raw(SPEC_RECORD, 0)
+    assert record.tokens_in == 94
+    assert record.tokens_out == 28
+    assert record.tokens_total == 122
+    assert record.latency_total_ms == 842.7
+    assert record.latency_ttft_ms == 213.4
+    assert record.response_id == "resp_123"
+    assert record.response_status == "completed"
+    assert record.model == "gpt-4.1-2025-04-14"  # the response names none: the request's
+    assert record.model_ref == {"type": "responses_api_models", "name": "policy_model"}
+    assert record.tokens_reasoning is None
+    assert record.cached_tokens is None
+    assert record.cache_hit is None
+    assert record.call_index == 0
+
+
+def test_raw_record_json_has_exactly_the_contract_keys() -> None:
+    raw = RawRecord.from_json(SPEC_RECORD)
+    assert raw.to_json() == SPEC_RECORD
+    assert list(raw.to_json()) == list(SPEC_RECORD)
+    extra = RawRecord(
+        **{**SPEC_RECORD, "error_category": ErrorCategory.STREAM_TRUNCATED},
+        request_raw="x",
+        response_raw="event: a\ndata: b\n\n",
+        client_session_id="sess-1",
+        gaps=[{"code": "g"}],
+    ).to_json()
+    assert extra["error_category"] == "stream_truncated"
+    assert type(extra["error_category"]) is str
+    assert set(extra) - set(SPEC_RECORD) == {
+        "request_raw",
+        "response_raw",
+        "client_session_id",
+        "gaps",
+    }
+
+
+def test_latencies_are_rounded_to_two_decimals() -> None:
+    raw = RawRecord(**{**SPEC_RECORD, "latency_ms": 842.70499, "latency_ttft_ms": 1.005001})
+    assert raw.latency_ms == 842.7
+    assert raw.latency_ttft_ms == 1.01
+
+
+def test_reading_foreign_records_is_lenient() -> None:
+    foreign = {
+        **SPEC_RECORD,
+        "error_category": "some_future_category",
+        "latency_ms": True,
+        "status_code": "200",
+        "request": "not an object",
+        "unknown_key": {"x": 1},
+        "gaps": ["bad", {"code": "ok"}],
+    }
+    record = ModelCallRecord.from_raw(foreign, 5)
+    assert record.error_category == "some_future_category"
+    assert record.latency_total_ms is None
+    assert record.status_code is None
+    assert record.request is None
+    assert record.call_index == 5
+    assert RawRecord.from_json(foreign).gaps == [{"code": "ok"}]
+    assert ModelCallRecord.from_raw({}, 0).dialect == ""
+
+
+def test_unknown_dialect_keeps_raw_data_without_normalizing() -> None:
+    record = ModelCallRecord.from_raw({**SPEC_RECORD, "dialect": "gemini"}, 0)
+    assert record.tokens_in is None
+    assert record.response == SPEC_RECORD["response"]
+
+
+def test_cache_hit_and_tool_calls_and_model_from_response() -> None:
+    response = {
+        "id": "chatcmpl-1",
+        "model": "served-model",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": '{"x": 1}'},
+                        }
+                    ],
+                },
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 2,
+            "total_tokens": 12,
+            "prompt_tokens_details": {"cached_tokens": 4},
+        },
+    }
+    raw = {**SPEC_RECORD, "dialect": "chat", "request": {"model": "asked"}, "response": response}
+    record = ModelCallRecord.from_raw(raw, 0)
+    assert record.model == "served-model"
+    assert record.cached_tokens == 4
+    assert record.cache_hit is True
+    assert record.tokens_in == 10  # OpenAI cached tokens are already inside the input count
+    assert record.finish_reason == "tool_calls"
+    assert record.tool_calls == [{"call_id": "call_1", "name": "f", "arguments": {"x": 1}}]
+
+
+def test_to_dict_field_order_and_payload_drop() -> None:
+    record = ModelCallRecord.from_raw(SPEC_RECORD, 0)
+    full = record.to_dict()
+    assert list(full)[:4] == ["model_call_id", "response_id", "call_index", "model_ref"]
+    assert len(full) == 28
+    slim = record.to_dict(payloads=False)
+    assert set(full) - set(slim) == {"request", "response", "request_raw", "response_raw"}
+
+
+@pytest.mark.parametrize(
+    ("status", "flags", "expected"),
+    [
+        (200, {}, None),
+        (408, {}, "timeout"),
+        (504, {"parse_failed": True}, "timeout"),
+        (429, {}, "rate_limit"),
+        (401, {}, "auth"),
+        (403, {}, "auth"),
+        (404, {}, "not_found"),
+        (400, {}, "client_error"),
+        (422, {"stream_error": True}, "client_error"),
+        (500, {}, "upstream_error"),
+        (503, {}, "upstream_error"),
+        (200, {"stream_error": True, "truncated": True}, "upstream_error"),
+        (200, {"incomplete": True}, "incomplete"),
+        (200, {"truncated": True, "cancelled": True}, "stream_truncated"),
+        (200, {"cancelled": True}, "cancelled"),
+        (None, {"connection_failed": True}, "connection"),
+        (None, {"timed_out": True}, "timeout"),
+        (200, {"parse_failed": True}, "capture_parse_error"),
+        (None, {}, None),
+    ],
+)
+def test_error_category_first_rule_that_applies(
+    status: int | None, flags: dict[str, bool], expected: str | None
+) -> None:
+    assert error_category(status, **flags) == expected
+
+
+def test_model_ref() -> None:
+    assert model_ref("policy_model") == {"type": "responses_api_models", "name": "policy_model"}
