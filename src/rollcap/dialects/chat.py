@@ -1,0 +1,361 @@
+"""OpenAI Chat Completions: read a ``chat.completion``, rebuild one from its chunks (pure).
+
+A stream is a run of ``data:`` events, each a ``chat.completion.chunk``, closed by ``data: [DONE]``.
+With ``stream_options.include_usage`` a last chunk before ``[DONE]`` has empty ``choices`` and the
+call's ``usage``. OpenAI-compatible servers (vLLM among them) report a failure mid-stream as
+``data: {"error": {...}}``, often followed by ``[DONE]``.
+
+Rebuild choices, stated once here:
+
+- ``usage`` is the last usage object a chunk carried (vLLM's continuous usage stats send a running
+  one on every chunk; the last is the call's). When no chunk carried one the key is omitted, since
+  the stream did not say; ``normalize`` reads that as unknown, as it reads a null.
+- Top-level ``id``, ``created`` and ``model`` are always present (``null`` when never sent),
+  ``object`` is ``chat.completion``; ``system_fingerprint`` and ``service_tier`` are there only when
+  some chunk carried the key. Each takes its first non-null value.
+- Each choice's ``message`` has ``role``, ``content`` and ``refusal`` always (``null`` when no delta
+  carried a string), ``reasoning_content`` / ``reasoning``, ``tool_calls``, ``function_call`` and
+  ``annotations`` only when the stream sent them. Other delta fields (audio) are not rebuilt.
+- After the first terminal event (``[DONE]`` or an error chunk) later events are ignored: vLLM sends
+  ``[DONE]`` after its error chunk, and the error is what ended the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollcap.dialects._base import (
+    Normalized,
+    Reassembly,
+    StreamOutcome,
+    ToolCall,
+    Usage,
+    as_count,
+    as_dict,
+    as_str,
+    load_json_object,
+    parse_arguments,
+)
+from rollcap.sse import SSEEvent
+
+__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize"]
+
+NAME = "chat"
+
+_DONE = "[DONE]"
+_REASONING_KEYS = ("reasoning_content", "reasoning")
+# Keys of which at least one marks a JSON object as a chunk rather than stray data.
+_CHUNK_KEYS = ("id", "object", "choices", "usage", "model")
+
+
+def normalize(response: Mapping[str, Any]) -> Normalized:
+    """Read a ``chat.completion`` object (non-streamed or rebuilt) per the contract's rules."""
+    resp = as_dict(response)
+    choices = resp.get("choices")
+    first = as_dict(choices[0]) if isinstance(choices, list) and choices else {}
+    message = as_dict(first.get("message"))
+    return Normalized(
+        response_id=as_str(resp.get("id")),
+        model=as_str(resp.get("model")),
+        response_status=None,
+        finish_reason=as_str(first.get("finish_reason")),
+        usage=_usage(as_dict(resp.get("usage"))),
+        tool_calls=_tool_calls(message),
+        reasoning_content=_reasoning(message),
+    )
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    tokens_in = as_count(usage.get("prompt_tokens"))
+    tokens_out = as_count(usage.get("completion_tokens"))
+    total = as_count(usage.get("total_tokens"))
+    if total is None and tokens_in is not None and tokens_out is not None:
+        total = tokens_in + tokens_out
+    return Usage(
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        tokens_reasoning=as_count(
+            as_dict(usage.get("completion_tokens_details")).get("reasoning_tokens")
+        ),
+        tokens_total=total,
+        # Already inside prompt_tokens for OpenAI: reported, never added in.
+        cached_tokens=as_count(as_dict(usage.get("prompt_tokens_details")).get("cached_tokens")),
+        cache_creation_tokens=None,
+    )
+
+
+def _tool_calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
+    calls: list[ToolCall] = []
+    raw_calls = message.get("tool_calls")
+    for raw in raw_calls if isinstance(raw_calls, list) else ():
+        item = as_dict(raw)
+        if not item:
+            continue
+        # A custom (free-form) tool carries {"name", "input"} under "custom" instead of "function".
+        if "function" not in item and isinstance(item.get("custom"), Mapping):
+            custom = as_dict(item.get("custom"))
+            name, arguments = custom.get("name"), custom.get("input")
+        else:
+            function = as_dict(item.get("function"))
+            name, arguments = function.get("name"), function.get("arguments")
+        calls.append(ToolCall(as_str(item.get("id")), as_str(name), parse_arguments(arguments)))
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping):
+        calls.append(
+            ToolCall(None, as_str(legacy.get("name")), parse_arguments(legacy.get("arguments")))
+        )
+    return tuple(calls)
+
+
+def _reasoning(message: Mapping[str, Any]) -> str | None:
+    for key in _REASONING_KEYS:
+        text = as_str(message.get(key))
+        if text is not None:
+            return text
+    return None
+
+
+def _error_of(event: SSEEvent, chunk: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The error an event reports, or ``None`` for an ordinary chunk."""
+    if chunk is not None:
+        error = chunk.get("error")
+        if isinstance(error, dict):
+            return error
+        if isinstance(error, str) and error:
+            return {"message": error}
+    if event.event == "error":
+        # No OpenAI stream names its events; a server that names one "error" means it.
+        if chunk is not None:
+            return dict(chunk)
+        return {"message": event.data}
+    return None
+
+
+def is_terminal_event(event: SSEEvent) -> bool:
+    """``data: [DONE]``, or a chunk that reports an error."""
+    if not isinstance(event, SSEEvent) or not isinstance(event.data, str):
+        return False
+    if event.data.strip() == _DONE:
+        return True
+    # Parsing every chunk just to look for an error would be wasted on nearly all of them.
+    if event.event != "error" and '"error"' not in event.data:
+        return False
+    return _error_of(event, load_json_object(event.data)) is not None
+
+
+@dataclass(slots=True)
+class _ToolCallParts:
+    id: str | None = None
+    type: str | None = None
+    name: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+    def build(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type or "function",
+            "function": {"name": self.name, "arguments": "".join(self.arguments)},
+        }
+
+
+@dataclass(slots=True)
+class _ChoiceParts:
+    role: str | None = None
+    content: list[str] | None = None
+    refusal: list[str] | None = None
+    reasoning: dict[str, list[str]] = field(default_factory=dict)
+    tool_calls: dict[int, _ToolCallParts] = field(default_factory=dict)
+    function_name: str | None = None
+    function_arguments: list[str] | None = None
+    annotations: list[Any] | None = None
+    finish_reason: str | None = None
+    logprobs_seen: bool = False
+    logprobs_content: list[Any] | None = None
+    logprobs_refusal: list[Any] | None = None
+
+    def feed(self, choice: Mapping[str, Any]) -> None:
+        delta = as_dict(choice.get("delta"))
+        role = as_str(delta.get("role"))
+        if role and self.role is None:
+            self.role = role
+        text = as_str(delta.get("content"))
+        if text is not None:
+            if self.content is None:
+                self.content = []
+            self.content.append(text)
+        text = as_str(delta.get("refusal"))
+        if text is not None:
+            if self.refusal is None:
+                self.refusal = []
+            self.refusal.append(text)
+        for key in _REASONING_KEYS:
+            text = as_str(delta.get(key))
+            if text is not None:
+                self.reasoning.setdefault(key, []).append(text)
+        tool_calls = delta.get("tool_calls")
+        if isinstance(tool_calls, list):
+            for fragment in tool_calls:
+                self._feed_tool_call(as_dict(fragment))
+        legacy = delta.get("function_call")
+        if isinstance(legacy, Mapping):
+            name = as_str(legacy.get("name"))
+            if name and self.function_name is None:
+                self.function_name = name
+            self.function_arguments = self.function_arguments or []
+            arguments = as_str(legacy.get("arguments"))
+            if arguments:
+                self.function_arguments.append(arguments)
+        annotations = delta.get("annotations")
+        if isinstance(annotations, list):
+            if self.annotations is None:
+                self.annotations = []
+            self.annotations.extend(annotations)
+        finish = as_str(choice.get("finish_reason"))
+        if finish is not None:
+            self.finish_reason = finish
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, Mapping):
+            self.logprobs_seen = True
+            entries = logprobs.get("content")
+            if isinstance(entries, list):
+                if self.logprobs_content is None:
+                    self.logprobs_content = []
+                self.logprobs_content.extend(entries)
+            entries = logprobs.get("refusal")
+            if isinstance(entries, list):
+                if self.logprobs_refusal is None:
+                    self.logprobs_refusal = []
+                self.logprobs_refusal.extend(entries)
+
+    def _feed_tool_call(self, fragment: Mapping[str, Any]) -> None:
+        if not fragment:
+            return
+        call_id = as_str(fragment.get("id")) or None
+        index = as_count(fragment.get("index"))
+        if index is None:
+            # Some servers leave the index out: match by id, else a new id opens a new call and
+            # an id-less fragment continues the last one.
+            known = [i for i, parts in self.tool_calls.items() if call_id and parts.id == call_id]
+            if known:
+                index = known[0]
+            elif call_id is not None or not self.tool_calls:
+                index = max(self.tool_calls, default=-1) + 1
+            else:
+                index = max(self.tool_calls)
+        parts = self.tool_calls.setdefault(index, _ToolCallParts())
+        if call_id and parts.id is None:
+            parts.id = call_id
+        kind = as_str(fragment.get("type"))
+        if kind and parts.type is None:
+            parts.type = kind
+        function = as_dict(fragment.get("function"))
+        # Names come whole (some servers repeat them on every fragment), arguments in pieces.
+        name = as_str(function.get("name"))
+        if name and parts.name is None:
+            parts.name = name
+        arguments = as_str(function.get("arguments"))
+        if arguments:
+            parts.arguments.append(arguments)
+
+    def build(self, index: int) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": self.role or "assistant",
+            "content": None if self.content is None else "".join(self.content),
+            "refusal": None if self.refusal is None else "".join(self.refusal),
+        }
+        for key in _REASONING_KEYS:
+            if key in self.reasoning:
+                message[key] = "".join(self.reasoning[key])
+        if self.tool_calls:
+            message["tool_calls"] = [self.tool_calls[i].build() for i in sorted(self.tool_calls)]
+        if self.function_arguments is not None:
+            message["function_call"] = {
+                "name": self.function_name,
+                "arguments": "".join(self.function_arguments),
+            }
+        if self.annotations is not None:
+            message["annotations"] = self.annotations
+        logprobs = (
+            {"content": self.logprobs_content, "refusal": self.logprobs_refusal}
+            if self.logprobs_seen
+            else None
+        )
+        return {
+            "index": index,
+            "message": message,
+            "logprobs": logprobs,
+            "finish_reason": self.finish_reason,
+        }
+
+
+_FIRST_VALUE_KEYS = ("id", "created", "model")
+_OPTIONAL_KEYS = ("system_fingerprint", "service_tier")
+
+
+class StreamReassembler:
+    """Feed the stream's events, then ``finish()`` gives the ``chat.completion`` they describe."""
+
+    def __init__(self) -> None:
+        self._seen_chunk = False
+        self._top: dict[str, Any] = {}
+        self._choices: dict[int, _ChoiceParts] = {}
+        self._usage: dict[str, Any] | None = None
+        self._done = False
+        self._error: dict[str, Any] | None = None
+
+    def feed(self, event: SSEEvent) -> None:
+        if self._done or self._error is not None:
+            return
+        data = event.data if isinstance(event.data, str) else ""
+        if data.strip() == _DONE:
+            self._done = True
+            return
+        chunk = load_json_object(data)
+        error = _error_of(event, chunk)
+        if error is not None:
+            self._error = error
+            return
+        if chunk is None or not any(key in chunk for key in _CHUNK_KEYS):
+            return
+        self._seen_chunk = True
+        for key in _FIRST_VALUE_KEYS + _OPTIONAL_KEYS:
+            if key in chunk and self._top.get(key) is None:
+                self._top[key] = chunk[key]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = usage
+        choices = chunk.get("choices")
+        for raw in choices if isinstance(choices, list) else ():
+            choice = as_dict(raw)
+            if not choice:
+                continue
+            index = as_count(choice.get("index"))
+            index = 0 if index is None else index
+            self._choices.setdefault(index, _ChoiceParts()).feed(choice)
+
+    def finish(self) -> Reassembly:
+        response = self._build()
+        if self._error is not None:
+            return Reassembly(response, StreamOutcome.ERROR, self._error)
+        if self._done:
+            return Reassembly(response, StreamOutcome.COMPLETED)
+        return Reassembly(response, StreamOutcome.TRUNCATED)
+
+    def _build(self) -> dict[str, Any] | None:
+        if not self._seen_chunk:
+            return None
+        response: dict[str, Any] = {
+            "id": self._top.get("id"),
+            "object": "chat.completion",
+            "created": self._top.get("created"),
+            "model": self._top.get("model"),
+            "choices": [self._choices[i].build(i) for i in sorted(self._choices)],
+        }
+        for key in _OPTIONAL_KEYS:
+            if key in self._top:
+                response[key] = self._top[key]
+        if self._usage is not None:
+            response["usage"] = self._usage
+        return response

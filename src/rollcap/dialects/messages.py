@@ -1,0 +1,276 @@
+"""Anthropic Messages: normalize a message, reassemble a ``/v1/messages`` stream (pure).
+
+Reassembly rules where the wire format leaves room:
+
+- The first ``message_start`` whose ``message`` is an object gives the skeleton; later ones are
+  ignored. A ``content_block_start`` for an index already started is ignored too (first wins).
+- A delta for an index never started is dropped: without the start its block type is unknown.
+- ``text_delta``, ``thinking_delta`` and ``signature_delta`` append to the block's field (the API
+  sends the whole signature in one delta after an empty start value, so appending equals setting).
+- ``input_json_delta`` fragments are joined and parsed when the response is built. When no
+  fragment carried text the block keeps its start ``input``. When the joined text is not JSON (a
+  cut stream) ``input`` holds that text as a string, so nothing that arrived is lost and
+  ``normalize`` reports it as ``{"_raw": text}``, as for the other dialects' argument strings.
+- ``message_delta``: every key of ``delta`` but ``content`` is set on the message; its ``usage``
+  keys overwrite the ``message_start`` ones, except ``null`` values, which mean "not reported".
+- The first ``message_stop`` or ``error`` event ends the stream; events after it are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from rollcap.dialects._base import (
+    Normalized,
+    Reassembly,
+    StreamOutcome,
+    ToolCall,
+    Usage,
+    as_count,
+    as_dict,
+    as_str,
+    load_json_object,
+    parse_arguments,
+)
+from rollcap.sse import SSEEvent
+
+__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize"]
+
+NAME = "messages"
+
+_TERMINAL = ("error", "message_stop")
+_TOOL_BLOCK_TYPES = frozenset({"tool_use", "server_tool_use"})
+# Delta type -> the block field its string fragments are appended to.
+_TEXT_DELTAS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "signature_delta": "signature",
+}
+
+
+def normalize(response: Mapping[str, Any]) -> Normalized:
+    """Read a Messages API message (non-streamed or reassembled)."""
+    message = as_dict(response)
+    return Normalized(
+        response_id=as_str(message.get("id")),
+        model=as_str(message.get("model")),
+        response_status=None,
+        finish_reason=as_str(message.get("stop_reason")),
+        usage=_usage(as_dict(message.get("usage"))),
+        tool_calls=_tool_calls(message.get("content")),
+        reasoning_content=_reasoning(message.get("content")),
+    )
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    input_tokens = as_count(usage.get("input_tokens"))
+    cache_read = as_count(usage.get("cache_read_input_tokens"))
+    cache_creation = as_count(usage.get("cache_creation_input_tokens"))
+    output_tokens = as_count(usage.get("output_tokens"))
+    # Anthropic's input_tokens excludes cached input; the contract's tokens_in includes it. With
+    # input_tokens unknown the sum would understate, so it stays unknown.
+    tokens_in = None
+    if input_tokens is not None:
+        tokens_in = input_tokens + (cache_read or 0) + (cache_creation or 0)
+    tokens_total = as_count(usage.get("total_tokens"))
+    if tokens_total is None and tokens_in is not None and output_tokens is not None:
+        tokens_total = tokens_in + output_tokens
+    return Usage(
+        tokens_in=tokens_in,
+        tokens_out=output_tokens,
+        tokens_reasoning=None,
+        tokens_total=tokens_total,
+        cached_tokens=cache_read,
+        cache_creation_tokens=cache_creation,
+    )
+
+
+def _blocks(content: object) -> list[Mapping[str, Any]]:
+    if not isinstance(content, list):
+        return []
+    return [block for block in content if isinstance(block, Mapping)]
+
+
+def _tool_calls(content: object) -> tuple[ToolCall, ...]:
+    return tuple(
+        ToolCall(
+            call_id=as_str(block.get("id")),
+            name=as_str(block.get("name")),
+            arguments=parse_arguments(block.get("input")),
+        )
+        for block in _blocks(content)
+        if block.get("type") in _TOOL_BLOCK_TYPES
+    )
+
+
+def _reasoning(content: object) -> str | None:
+    # Empty thinking texts (e.g. omitted thinking) carry nothing and would only add blank lines.
+    texts = [
+        text
+        for block in _blocks(content)
+        if block.get("type") == "thinking" and (text := as_str(block.get("thinking")))
+    ]
+    return "\n".join(texts) if texts else None
+
+
+def _event_kind(event: SSEEvent, data: Mapping[str, Any] | None) -> str | None:
+    """The event's type; ``error`` or ``message_stop`` when either the SSE name or ``type`` says so.
+
+    The SDKs treat an ``event: error`` frame as an error whatever its data, so the name counts.
+    """
+    name = as_str(getattr(event, "event", None))
+    data_type = as_str(data.get("type")) if data is not None else None
+    for terminal in _TERMINAL:
+        if terminal in (name, data_type):
+            return terminal
+    return data_type if data_type is not None else name
+
+
+def _load(event: SSEEvent) -> dict[str, Any] | None:
+    data = getattr(event, "data", None)
+    return load_json_object(data) if isinstance(data, str) else None
+
+
+def is_terminal_event(event: SSEEvent) -> bool:
+    """True for ``message_stop`` and for ``error``, by SSE event name or data ``type``."""
+    if as_str(getattr(event, "event", None)) in _TERMINAL:
+        return True
+    return _event_kind(event, _load(event)) in _TERMINAL
+
+
+class _Block:
+    """One content block being streamed: its start object plus the fragments since."""
+
+    __slots__ = ("citations", "fragments", "partial_json", "start")
+
+    def __init__(self, start: Mapping[str, Any]) -> None:
+        self.start = dict(start)
+        self.fragments: dict[str, list[str]] = {}
+        self.partial_json: list[str] = []
+        self.citations: list[Any] = []
+
+    def apply(self, delta: Mapping[str, Any]) -> None:
+        delta_type = delta.get("type")
+        if delta_type == "input_json_delta":
+            fragment = as_str(delta.get("partial_json"))
+            if fragment:
+                self.partial_json.append(fragment)
+        elif delta_type == "citations_delta":
+            if "citation" in delta:
+                self.citations.append(delta["citation"])
+        elif isinstance(delta_type, str) and delta_type in _TEXT_DELTAS:
+            key = _TEXT_DELTAS[delta_type]
+            fragment = as_str(delta.get(key))
+            if fragment is not None:
+                self.fragments.setdefault(key, []).append(fragment)
+
+    def build(self) -> dict[str, Any]:
+        block = dict(self.start)
+        for key, parts in self.fragments.items():
+            block[key] = (as_str(block.get(key)) or "") + "".join(parts)
+        if self.citations:
+            existing = block.get("citations")
+            block["citations"] = [
+                *(existing if isinstance(existing, list) else ()),
+                *self.citations,
+            ]
+        if self.partial_json:
+            text = "".join(self.partial_json)
+            try:
+                block["input"] = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                block["input"] = text
+        return block
+
+
+class StreamReassembler:
+    """Rebuilds the message a non-streaming call would have returned from its SSE events."""
+
+    __slots__ = ("_blocks", "_delta", "_delta_usage", "_error", "_outcome", "_seen", "_skeleton")
+
+    def __init__(self) -> None:
+        self._skeleton: dict[str, Any] | None = None
+        self._blocks: dict[int, _Block] = {}
+        self._delta: dict[str, Any] = {}
+        self._delta_usage: dict[str, Any] = {}
+        self._seen = False
+        self._outcome = StreamOutcome.TRUNCATED
+        self._error: dict[str, Any] | None = None
+
+    def feed(self, event: SSEEvent) -> None:
+        if self._outcome is not StreamOutcome.TRUNCATED:
+            return
+        data = _load(event)
+        kind = _event_kind(event, data)
+        payload: Mapping[str, Any] = data if data is not None else {}
+        if kind == "message_stop":
+            self._outcome = StreamOutcome.COMPLETED
+        elif kind == "error":
+            self._outcome = StreamOutcome.ERROR
+            error = payload.get("error")
+            self._error = dict(error) if isinstance(error, Mapping) else None
+        elif kind == "message_start":
+            self._message_start(payload)
+        elif kind == "content_block_start":
+            self._block_start(payload)
+        elif kind == "content_block_delta":
+            self._block_delta(payload)
+        elif kind == "message_delta":
+            self._message_delta(payload)
+        # content_block_stop needs nothing: fragments are joined when the response is built.
+        # ping and unknown events are ignored.
+
+    def _message_start(self, payload: Mapping[str, Any]) -> None:
+        message = payload.get("message")
+        if self._skeleton is not None or not isinstance(message, Mapping):
+            return
+        self._seen = True
+        self._skeleton = dict(message)
+        for index, block in enumerate(_blocks(message.get("content"))):
+            self._blocks.setdefault(index, _Block(block))
+
+    def _block_start(self, payload: Mapping[str, Any]) -> None:
+        index = as_count(payload.get("index"))
+        block = payload.get("content_block")
+        if index is None or not isinstance(block, Mapping) or index in self._blocks:
+            return
+        self._seen = True
+        self._blocks[index] = _Block(block)
+
+    def _block_delta(self, payload: Mapping[str, Any]) -> None:
+        index = as_count(payload.get("index"))
+        block = self._blocks.get(index) if index is not None else None
+        delta = payload.get("delta")
+        if block is not None and isinstance(delta, Mapping):
+            block.apply(delta)
+
+    def _message_delta(self, payload: Mapping[str, Any]) -> None:
+        delta = payload.get("delta")
+        usage = payload.get("usage")
+        if isinstance(delta, Mapping):
+            self._seen = True
+            self._delta.update((k, v) for k, v in delta.items() if k != "content")
+        if isinstance(usage, Mapping):
+            self._seen = True
+            self._delta_usage.update((k, v) for k, v in usage.items() if v is not None)
+
+    def finish(self) -> Reassembly:
+        return Reassembly(self._build(), self._outcome, self._error)
+
+    def _build(self) -> dict[str, Any] | None:
+        if not self._seen:
+            return None
+        message = dict(self._skeleton or {})
+        message.update(self._delta)
+        message["content"] = [self._blocks[index].build() for index in sorted(self._blocks)]
+        if self._delta_usage:
+            start_usage = message.get("usage")
+            usage = dict(start_usage) if isinstance(start_usage, Mapping) else {}
+            usage.update(self._delta_usage)
+            message["usage"] = usage
+        elif isinstance(message.get("usage"), Mapping):
+            message["usage"] = dict(message["usage"])
+        return message
