@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from rollcap.metrics import METRIC_KEYS, Gap, aggregate, build_attachment
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rollcap.dialects import DIALECT_NAMES, reassemble
+from rollcap.metrics import METRIC_KEYS, Gap, aggregate, aggregate_raw, build_attachment
 from rollcap.records import ModelCallRecord
 
 
@@ -58,3 +63,42 @@ def test_attachment_shape_and_gap_omission() -> None:
         {"code": "x", "detail": "count=2"},
     ]
     assert "request" not in with_gap["calls"][0]
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+counts = st.none() | st.booleans() | st.integers(min_value=-3, max_value=10**6) | st.floats(0, 9)
+usages = st.dictionaries(
+    st.sampled_from(
+        [
+            "input_tokens", "output_tokens", "total_tokens", "prompt_tokens", "completion_tokens",
+            "cache_read_input_tokens", "cache_creation_input_tokens",
+        ]
+    ),
+    counts,
+)  # fmt: skip
+raws = st.builds(
+    dict,
+    dialect=st.sampled_from([*DIALECT_NAMES, "other"]),
+    latency_ms=st.none() | st.floats(0, 1e6),
+    response=st.builds(dict, usage=usages) | st.none(),
+)
+
+
+@given(st.lists(raws, max_size=8))
+def test_aggregate_raw_equals_aggregate_of_normalized_records(
+    records: list[dict[str, Any]],
+) -> None:
+    normalized = [ModelCallRecord.from_raw(raw, i) for i, raw in enumerate(records)]
+    assert aggregate_raw(records) == aggregate(normalized)
+
+
+def test_aggregate_raw_on_every_golden_stream() -> None:
+    records = []
+    for dialect in DIALECT_NAMES:
+        for sse in sorted((FIXTURES / dialect).glob("*.sse")):
+            response = reassemble(dialect, [sse.read_bytes()]).response
+            records.append({"dialect": dialect, "latency_ms": 1.5, "response": response})
+    normalized = [ModelCallRecord.from_raw(raw, i) for i, raw in enumerate(records)]
+    assert aggregate_raw(records) == aggregate(normalized)
+    assert aggregate_raw(records)["tokens_in"] is not None

@@ -94,7 +94,8 @@ def model_ref(server_name: str) -> dict[str, str]:
     return {"type": MODEL_REF_TYPE, "name": server_name}
 
 
-def _ms(value: float | None) -> float | None:
+def round_ms(value: float | None) -> float | None:
+    """Latencies are kept in milliseconds at 2 decimals, as the format says."""
     return None if value is None else round(float(value), 2)
 
 
@@ -137,8 +138,8 @@ class RawRecord:
     def __post_init__(self) -> None:
         # Latencies are kept at 2 decimals, as the format says; rounding here means every
         # producer of a record agrees without having to remember.
-        object.__setattr__(self, "latency_ms", _ms(self.latency_ms))
-        object.__setattr__(self, "latency_ttft_ms", _ms(self.latency_ttft_ms))
+        object.__setattr__(self, "latency_ms", round_ms(self.latency_ms))
+        object.__setattr__(self, "latency_ttft_ms", round_ms(self.latency_ttft_ms))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {key: getattr(self, key) for key in _REQUIRED_KEYS}

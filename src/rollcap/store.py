@@ -29,7 +29,7 @@ from rollcap.metrics import (
     GAP_RECORDS_UNREADABLE,
     GAP_UNREADABLE,
     Gap,
-    aggregate,
+    aggregate_raw,
     build_attachment,
 )
 from rollcap.records import ModelCallRecord, RawRecord
@@ -251,8 +251,11 @@ def read_model_call_records(
 
 
 def aggregate_model_call_metrics(store: CaptureStore, rollout_id: str) -> dict[str, Any]:
-    """Aggregate metrics of the rollout's calls (see ``rollcap.metrics.aggregate``)."""
-    return aggregate(read_model_call_records(store, rollout_id))
+    """Aggregate metrics of the rollout's calls (see ``rollcap.metrics.aggregate``).
+
+    Strict, like ``read_model_call_records``: a bad line raises ``CaptureReadError``.
+    """
+    return aggregate_raw(store.read(rollout_id))
 
 
 def capture_attachment(

@@ -40,6 +40,7 @@ __all__ = [
 class Dialect:
     name: str
     normalize: Callable[[Mapping[str, Any]], Normalized]
+    usage: Callable[[Mapping[str, Any]], Usage]
     is_terminal_event: Callable[[SSEEvent], bool]
     new_reassembler: Callable[[], StreamReassembler]
 
@@ -48,6 +49,7 @@ _DIALECTS = {
     module.NAME: Dialect(
         name=module.NAME,
         normalize=module.normalize,
+        usage=module.usage,
         is_terminal_event=module.is_terminal_event,
         new_reassembler=module.StreamReassembler,
     )

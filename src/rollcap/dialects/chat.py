@@ -40,7 +40,7 @@ from rollcap.dialects._base import (
 )
 from rollcap.sse import SSEEvent
 
-__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize"]
+__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize", "usage"]
 
 NAME = "chat"
 
@@ -48,6 +48,11 @@ _DONE = "[DONE]"
 _REASONING_KEYS = ("reasoning_content", "reasoning")
 # Keys of which at least one marks a JSON object as a chunk rather than stray data.
 _CHUNK_KEYS = ("id", "object", "choices", "usage", "model")
+
+
+def usage(response: Mapping[str, Any]) -> Usage:
+    """Only the token counts of ``normalize``: what aggregation needs, without the rest."""
+    return _usage(as_dict(as_dict(response).get("usage")))
 
 
 def normalize(response: Mapping[str, Any]) -> Normalized:
@@ -61,7 +66,7 @@ def normalize(response: Mapping[str, Any]) -> Normalized:
         model=as_str(resp.get("model")),
         response_status=None,
         finish_reason=as_str(first.get("finish_reason")),
-        usage=_usage(as_dict(resp.get("usage"))),
+        usage=usage(resp),
         tool_calls=_tool_calls(message),
         reasoning_content=_reasoning(message),
     )

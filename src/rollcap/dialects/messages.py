@@ -37,7 +37,7 @@ from rollcap.dialects._base import (
 )
 from rollcap.sse import SSEEvent
 
-__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize"]
+__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize", "usage"]
 
 NAME = "messages"
 
@@ -51,6 +51,11 @@ _TEXT_DELTAS = {
 }
 
 
+def usage(response: Mapping[str, Any]) -> Usage:
+    """Only the token counts of ``normalize``: what aggregation needs, without the rest."""
+    return _usage(as_dict(as_dict(response).get("usage")))
+
+
 def normalize(response: Mapping[str, Any]) -> Normalized:
     """Read a Messages API message (non-streamed or reassembled)."""
     message = as_dict(response)
@@ -59,7 +64,7 @@ def normalize(response: Mapping[str, Any]) -> Normalized:
         model=as_str(message.get("model")),
         response_status=None,
         finish_reason=as_str(message.get("stop_reason")),
-        usage=_usage(as_dict(message.get("usage"))),
+        usage=usage(message),
         tool_calls=_tool_calls(message.get("content")),
         reasoning_content=_reasoning(message.get("content")),
     )

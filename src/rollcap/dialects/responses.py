@@ -30,7 +30,7 @@ from rollcap.dialects._base import (
 )
 from rollcap.sse import SSEEvent
 
-__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize"]
+__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize", "usage"]
 
 NAME = "responses"
 
@@ -51,6 +51,11 @@ _ERROR_FIELDS = ("code", "message", "param")
 # --- normalize -----------------------------------------------------------------------------------
 
 
+def usage(response: Mapping[str, Any]) -> Usage:
+    """Only the token counts of ``normalize``: what aggregation needs, without the rest."""
+    return _usage(as_dict(response).get("usage"))
+
+
 def normalize(response: Mapping[str, Any]) -> Normalized:
     """Read a Responses object (non-streamed or reassembled). Never raises."""
     body = as_dict(response)
@@ -63,7 +68,7 @@ def normalize(response: Mapping[str, Any]) -> Normalized:
         model=as_str(body.get("model")),
         response_status=as_str(body.get("status")),
         finish_reason=as_str(as_dict(body.get("incomplete_details")).get("reason")),
-        usage=_usage(body.get("usage")),
+        usage=usage(body),
         tool_calls=tuple(call for item in items if (call := _tool_call(item)) is not None),
         reasoning_content=_reasoning_content(items),
     )

@@ -1,0 +1,91 @@
+"""The ``rollcap`` command (also installed as ``gym``): parse, call, map errors to exit codes.
+
+Exit codes: 0 success, 1 a runtime failure (unreadable files and the like), 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import orjson
+
+from rollcap import __version__
+from rollcap.store import CaptureReadError, CaptureStore, capture_attachment
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollcap", description="Model-call capture for LLM agent evaluation and RL training."
+    )
+    parser.add_argument("--version", action="version", version=f"rollcap {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    capture = commands.add_parser("capture", help="inspect a model-call capture directory")
+    capture_commands = capture.add_subparsers(dest="capture_command", required=True)
+    listing = capture_commands.add_parser("list", help="one line per rollout: calls and tokens")
+    listing.add_argument("directory", help="the capture directory (model_call_capture_dir)")
+    show = capture_commands.add_parser(
+        "show", help="print a rollout's ng_model_call_capture attachment as JSON"
+    )
+    show.add_argument("directory", help="the capture directory (model_call_capture_dir)")
+    show.add_argument("rollout_id")
+    show.add_argument(
+        "--no-payloads", action="store_true", help="omit request and response payloads"
+    )
+    return parser
+
+
+def _capture_list(directory: str) -> int:
+    store = CaptureStore(directory)
+    ids = store.rollout_ids()
+    if not ids:
+        print(f"no capture files in {directory}", file=sys.stderr)
+        return EXIT_OK
+    print(f"{'rollout_id':<32}{'calls':>7}{'tokens_in':>11}{'tokens_out':>11}  gaps")
+    for rollout_id in ids:
+        attachment = capture_attachment(store, rollout_id, payloads=False)
+        metrics = attachment["metrics"]
+        gaps = ",".join(
+            g["code"].removeprefix("model_call_capture_") for g in attachment.get("gaps", [])
+        )
+
+        def _n(value: object) -> str:
+            return "-" if value is None else str(value)
+
+        print(
+            f"{rollout_id:<32}{metrics['num_calls']:>7}{_n(metrics['tokens_in']):>11}"
+            f"{_n(metrics['tokens_out']):>11}  {gaps}"
+        )
+    return EXIT_OK
+
+
+def _capture_show(directory: str, rollout_id: str, payloads: bool) -> int:
+    attachment = capture_attachment(CaptureStore(directory), rollout_id, payloads=payloads)
+    sys.stdout.buffer.write(orjson.dumps(attachment, option=orjson.OPT_INDENT_2) + b"\n")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "capture" and args.capture_command == "list":
+            return _capture_list(args.directory)
+        if args.command == "capture" and args.capture_command == "show":
+            return _capture_show(args.directory, args.rollout_id, not args.no_payloads)
+    except (ValueError, CaptureReadError) as exc:
+        print(f"rollcap: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"rollcap: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    raise AssertionError(f"unhandled command {args}")  # argparse allows no other
+
+
+if __name__ == "__main__":
+    sys.exit(main())
