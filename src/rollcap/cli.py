@@ -6,12 +6,15 @@ Exit codes: 0 success, 1 a runtime failure (unreadable files and the like), 2 ba
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from collections.abc import Sequence
 
 import orjson
 
 from rollcap import __version__
+from rollcap.config import ConfigError, RunSettings, load_config
 from rollcap.store import CaptureReadError, CaptureStore, capture_attachment
 
 EXIT_OK = 0
@@ -25,6 +28,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rollcap {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run one server on its own")
+    serve_commands = serve.add_subparsers(dest="serve_command", required=True)
+    model = serve_commands.add_parser(
+        "model", help="a capturing model server (name policy_model) in front of an upstream"
+    )
+    model.add_argument("--model-type", required=True, help="openai_model, anthropic_model, ...")
+    model.add_argument("--host", default="127.0.0.1")
+    model.add_argument("--port", type=int, default=8000)
+    model.add_argument(
+        "--config", action="append", default=[], metavar="FILE", help="YAML config (repeatable)"
+    )
+    model.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
+    )
 
     capture = commands.add_parser("capture", help="inspect a model-call capture directory")
     capture_commands = capture.add_subparsers(dest="capture_command", required=True)
@@ -71,14 +89,43 @@ def _capture_show(directory: str, rollout_id: str, payloads: bool) -> int:
     return EXIT_OK
 
 
+def _serve_model(args: argparse.Namespace) -> int:
+    from rollcap._serving import bind, uvicorn_server
+    from rollcap.server import ModelServerSettings, create_model_app
+
+    settings = RunSettings.from_config(load_config(args.config, args.overrides))
+    app = create_model_app(
+        ModelServerSettings(
+            model_type=args.model_type,
+            base_url=settings.policy_base_url,
+            api_key=settings.policy_api_key,
+            capture_dir=settings.capture_dir,
+        )
+    )
+    sock = bind(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    capture = settings.capture_dir or "off"
+    print(
+        f"rollcap model server policy_model ({args.model_type}) on http://{host}:{port}"
+        f" -> {settings.policy_base_url}; capture: {capture}",
+        flush=True,
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    server = uvicorn_server(app)
+    asyncio.run(server.serve(sockets=[sock]))
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "serve" and args.serve_command == "model":
+            return _serve_model(args)
         if args.command == "capture" and args.capture_command == "list":
             return _capture_list(args.directory)
         if args.command == "capture" and args.capture_command == "show":
             return _capture_show(args.directory, args.rollout_id, not args.no_payloads)
-    except (ValueError, CaptureReadError) as exc:
+    except (ConfigError, ValueError, CaptureReadError) as exc:
         print(f"rollcap: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:

@@ -1,0 +1,198 @@
+"""Configuration: YAML files, then ``env.yaml``, then command-line overrides; validated once.
+
+Overrides follow the usual three forms: ``key=value`` changes a key that exists, ``+key=value``
+adds one that does not, ``++key=value`` adds or changes. Keys are dotted for nesting and values
+are typed as YAML reads them (``true``, ``3``, ``0.5``, ``null``, ``[a, b]``), so
+``++observability_enabled=true`` is the bool, not the string.
+
+Every problem is a ``ConfigError`` whose message names the key or file: the CLI prints it on one
+line and exits 2 before anything starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "CREDENTIAL_KEYS",
+    "DEFAULTS",
+    "ConfigError",
+    "RunSettings",
+    "apply_override",
+    "load_config",
+    "redact",
+]
+
+DEFAULTS: dict[str, Any] = {
+    "observability_enabled": False,
+    "model_call_capture_dir": None,
+    "policy_base_url": None,
+    "policy_api_key": None,
+    "policy_model_name": None,
+    "token_id_capture": {"external_staging": False},
+}
+# Keys whose values are secrets wherever they appear in the tree.
+CREDENTIAL_KEYS = frozenset({"policy_api_key", "api_key", "apikey", "token", "password", "secret"})
+_REDACTED = "<redacted>"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names what is wrong."""
+
+
+def _parse_value(key: str, text: str) -> Any:
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {key}: value {text!r} is not valid YAML ({exc})") from None
+
+
+def apply_override(config: dict[str, Any], override: str) -> None:
+    """Apply one ``key=value`` / ``+key=value`` / ``++key=value`` to ``config`` in place."""
+    mode = "set"
+    body = override
+    if body.startswith("++"):
+        mode, body = "force", body[2:]
+    elif body.startswith("+"):
+        mode, body = "add", body[1:]
+    key, eq, text = body.partition("=")
+    if not eq or not key:
+        raise ConfigError(
+            f"override {override!r} must look like key=value, +key=value or ++key=value"
+        )
+    parts = key.split(".")
+    if any(not part for part in parts):
+        raise ConfigError(f"override {override!r}: empty part in dotted key {key!r}")
+    node: dict[str, Any] = config
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            if mode == "set":
+                raise ConfigError(
+                    f"override {override!r}: no key {'.'.join(parts[: depth + 1])!r} to change "
+                    f"(use +{key}=... to add it)"
+                )
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(
+                f"override {override!r}: {'.'.join(parts[: depth + 1])!r} is not a mapping"
+            )
+        node = child
+    last = parts[-1]
+    if mode == "set" and last not in node:
+        raise ConfigError(
+            f"override {override!r}: no key {key!r} to change (use +{key}=... to add it)"
+        )
+    if mode == "add" and last in node:
+        raise ConfigError(f"override {override!r}: key {key!r} exists already (use ++{key}=...)")
+    node[last] = _parse_value(key, text)
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML ({exc})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping")
+    return data
+
+
+def load_config(
+    files: Iterable[str | os.PathLike[str]] = (),
+    overrides: Sequence[str] = (),
+    *,
+    env_file: str | os.PathLike[str] | None = "env.yaml",
+) -> dict[str, Any]:
+    """Defaults, then each YAML file, then ``env_file`` if it exists, then the overrides."""
+    config = copy.deepcopy(DEFAULTS)
+    for file in files:
+        _merge(config, _load_yaml(Path(file)))
+    if env_file is not None and Path(env_file).is_file():
+        _merge(config, _load_yaml(Path(env_file)))
+    for override in overrides:
+        apply_override(config, override)
+    return config
+
+
+def redact(value: Any) -> Any:
+    """A copy with every credential value replaced, for anything shown or written."""
+    if isinstance(value, Mapping):
+        return {
+            k: (_REDACTED if str(k).lower() in CREDENTIAL_KEYS and v is not None else redact(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """The global settings every command needs, validated."""
+
+    observability_enabled: bool
+    model_call_capture_dir: Path | None
+    policy_base_url: str | None
+    policy_api_key: str | None
+    policy_model_name: str | None
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
+        enabled = config.get("observability_enabled", False)
+        if not isinstance(enabled, bool):
+            raise ConfigError(f"observability_enabled must be true or false, got {enabled!r}")
+        raw_dir = config.get("model_call_capture_dir")
+        capture_dir: Path | None = None
+        if raw_dir is not None:
+            if not isinstance(raw_dir, str) or not raw_dir:
+                raise ConfigError(f"model_call_capture_dir must be a path, got {raw_dir!r}")
+            if not Path(raw_dir).is_absolute():
+                raise ConfigError(
+                    f"model_call_capture_dir must be an absolute path, got {raw_dir!r}"
+                )
+            capture_dir = Path(raw_dir)
+        if enabled and capture_dir is None:
+            raise ConfigError(
+                "model_call_capture_dir is required when observability_enabled is true"
+            )
+
+        def _opt_str(key: str) -> str | None:
+            value = config.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{key} must be a string, got {type(value).__name__}")
+            return value
+
+        return cls(
+            observability_enabled=enabled,
+            model_call_capture_dir=capture_dir,
+            policy_base_url=_opt_str("policy_base_url"),
+            policy_api_key=_opt_str("policy_api_key"),
+            policy_model_name=_opt_str("policy_model_name"),
+        )
+
+    @property
+    def capture_dir(self) -> Path | None:
+        """Where to capture, or None when capture is off."""
+        return self.model_call_capture_dir if self.observability_enabled else None

@@ -1,0 +1,200 @@
+"""The model server: Starlette routes forwarding to the upstream over one aiohttp session."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from rollcap.server._middleware import (
+    DIALECT_ROUTES,
+    RECORDER_KEY,
+    CaptureMiddleware,
+    CaptureState,
+)
+from rollcap.server._recorder import CallFailure, CallRecorder
+from rollcap.server._upstream import RESPONSE_DROP, Backend, backend_for
+from rollcap.store import CaptureStore
+
+__all__ = ["ModelServerSettings", "create_model_app"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelServerSettings:
+    """One model server. ``capture_dir`` None means capture off (the prefix is still stripped)."""
+
+    model_type: str
+    base_url: str | None
+    api_key: str | None = None
+    name: str = "policy_model"
+    capture_dir: Path | None = None
+    pass_client_credentials: bool = False
+    connect_timeout_s: float = 30.0
+    read_timeout_s: float = 600.0  # longest silence between two upstream bytes
+    backend_options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.capture_dir is not None and not Path(self.capture_dir).is_absolute():
+            raise ValueError(
+                f"model_call_capture_dir must be an absolute path, got {str(self.capture_dir)!r}"
+            )
+
+
+def _error_body(dialect: str | None, kind: str, message: str) -> bytes:
+    if dialect == "messages":
+        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})
+
+
+class _Forwarder:
+    def __init__(self, backend: Backend, settings: ModelServerSettings) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=self.settings.connect_timeout_s,
+                sock_read=self.settings.read_timeout_s,
+            ),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        )
+
+    async def stop(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    async def forward(self, request: Request) -> Response:
+        assert self.session is not None, "the server's lifespan did not start"
+        path = request.url.path
+        dialect = DIALECT_ROUTES.get(path)
+        recorder: CallRecorder | None = request.scope.get(RECORDER_KEY)
+        body = await request.body()
+        headers = self.backend.headers(request.headers.items())
+        try:
+            upstream = await self.session.request(
+                request.method, self.backend.url_for(path), data=body, headers=headers
+            )
+        except TimeoutError:
+            if recorder is not None:
+                recorder.fail(CallFailure.TIMEOUT)
+            return Response(
+                _error_body(dialect, "timeout", "upstream did not answer in time"),
+                status_code=504,
+                media_type="application/json",
+            )
+        except aiohttp.ClientError as exc:
+            if recorder is not None:
+                recorder.fail(CallFailure.CONNECTION)
+            return Response(
+                _error_body(dialect, "api_connection_error", f"upstream unreachable: {exc}"),
+                status_code=502,
+                media_type="application/json",
+            )
+        out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_DROP}
+        content_type = upstream.headers.get("content-type", "")
+        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
+            return StreamingResponse(
+                self._stream(upstream, recorder), status_code=upstream.status, headers=out_headers
+            )
+        chunks: list[bytes] = []
+        try:
+            async for chunk in upstream.content.iter_any():
+                if recorder is not None:
+                    recorder.first_byte(time.monotonic())
+                chunks.append(chunk)
+        except TimeoutError:
+            if recorder is not None:
+                recorder.fail(CallFailure.TIMEOUT)
+        except aiohttp.ClientError:
+            # The body was cut: the client gets what arrived, the record says it is unparseable.
+            pass
+        finally:
+            upstream.release()
+        return Response(b"".join(chunks), status_code=upstream.status, headers=out_headers)
+
+    async def _stream(
+        self, upstream: aiohttp.ClientResponse, recorder: CallRecorder | None
+    ) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in upstream.content.iter_any():
+                if recorder is not None:
+                    recorder.first_byte(time.monotonic())
+                yield chunk
+        except TimeoutError:
+            if recorder is not None:
+                recorder.fail(CallFailure.TIMEOUT)
+        except aiohttp.ClientError:
+            # Upstream broke the stream: the client sees it end without its terminal event,
+            # and the record says stream_truncated.
+            pass
+        finally:
+            upstream.release()
+
+
+def create_model_app(settings: ModelServerSettings) -> Starlette:
+    """The ASGI app of one model server (capture middleware included)."""
+    backend = backend_for(
+        settings.model_type,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        pass_client_credentials=settings.pass_client_credentials,
+        extra=settings.backend_options,
+    )
+    forwarder = _Forwarder(backend, settings)
+    store = CaptureStore(settings.capture_dir) if settings.capture_dir is not None else None
+    state = CaptureState(server_name=settings.name, store=store)
+
+    async def health(request: Request) -> Response:
+        return Response(
+            orjson.dumps(
+                {
+                    "status": "ok",
+                    "name": settings.name,
+                    "model_type": settings.model_type,
+                    "capture_enabled": store is not None,
+                    "captured": state.captured,
+                    "uncorrelated": state.uncorrelated,
+                    "capture_failures": state.capture_failures,
+                }
+            ),
+            media_type="application/json",
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await forwarder.start()
+        try:
+            yield
+        finally:
+            await forwarder.stop()
+
+    routes = [Route(path, forwarder.forward, methods=["POST"]) for path in DIALECT_ROUTES]
+    routes += [
+        Route("/v1/models", forwarder.forward, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    # Starlette keeps its error handler outermost, so the capture middleware sees an exception
+    # raised by a route (and records the call) before the client is answered 500.
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(CaptureMiddleware, state=state)],
+    )
+    app.state.capture = state
+    return app

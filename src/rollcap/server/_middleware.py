@@ -1,0 +1,217 @@
+"""Pure-ASGI capture middleware: strip the rollout prefix, record the call, hold the end back.
+
+It wraps ``receive`` and ``send`` and never rebuilds the response: every message the app sends
+goes out unchanged (one header added), in order. Only the timing changes for two messages: the
+one that completes a stream's terminal event, and a non-streamed body, wait until the call's
+record is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import orjson
+
+from rollcap.records import RawRecord, new_model_call_id
+from rollcap.routing import SCOPE_ROLLOUT_ID_KEY, split_prefix
+from rollcap.server._recorder import CallFailure, CallRecorder, Clock
+from rollcap.store import CaptureStore
+
+__all__ = ["DIALECT_ROUTES", "RECORDER_KEY", "CaptureMiddleware", "CaptureState"]
+
+log = logging.getLogger("rollcap.server")
+
+DIALECT_ROUTES = {
+    "/v1/responses": "responses",
+    "/v1/chat/completions": "chat",
+    "/v1/messages": "messages",
+}
+RECORDER_KEY = "rollcap.recorder"
+CALL_ID_HEADER = b"x-rollcap-model-call-id"
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[Message], Any]
+ASGIApp = Callable[[Scope, Receive, Send], Any]
+
+
+@dataclass(slots=True)
+class CaptureState:
+    """What the server knows across calls; ``/health`` reports the counters."""
+
+    server_name: str
+    store: CaptureStore | None  # None: capture off
+    captured: int = 0
+    uncorrelated: int = 0
+    capture_failures: int = 0
+
+
+def _now() -> Clock:
+    return Clock(time.time(), time.monotonic())
+
+
+async def _bad_request(send: Send, message: str) -> None:
+    body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 400,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class CaptureMiddleware:
+    def __init__(self, app: ASGIApp, state: CaptureState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            rollout_id, path = split_prefix(scope["path"])
+        except ValueError as exc:
+            await _bad_request(send, str(exc))
+            return
+        if rollout_id is not None:
+            # A child scope, as a mounted sub-application gets: the app routes the bare path.
+            scope = {
+                **scope,
+                "path": path,
+                "raw_path": path.encode(),
+                SCOPE_ROLLOUT_ID_KEY: rollout_id,
+            }
+        dialect = DIALECT_ROUTES.get(path) if scope["method"] == "POST" else None
+        if dialect is None:
+            await self.app(scope, receive, send)
+            return
+        if rollout_id is None:
+            self.state.uncorrelated += 1
+            await self.app(scope, receive, send)
+            return
+        if self.state.store is None:
+            await self.app(scope, receive, send)
+            return
+        await self._capture(scope, receive, send, rollout_id, dialect, self.state.store)
+
+    async def _capture(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        rollout_id: str,
+        dialect: str,
+        store: CaptureStore,
+    ) -> None:
+        session_id = None
+        for name, value in scope.get("headers", ()):
+            if name == b"x-session-id":
+                session_id = value.decode("latin-1")
+        recorder = CallRecorder(
+            model_call_id=new_model_call_id(),
+            dialect=dialect,
+            server_name=self.state.server_name,
+            start=_now(),
+            client_session_id=session_id,
+        )
+        scope = {**scope, RECORDER_KEY: recorder}
+        request_chunks: list[bytes] = []
+        client_gone = False
+        held: list[Message] = []
+
+        async def capture_receive() -> Message:
+            nonlocal client_gone
+            message: Message = await receive()
+            if message["type"] == "http.request":
+                request_chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    recorder.request(b"".join(request_chunks))
+            elif message["type"] == "http.disconnect":
+                client_gone = True
+            return message
+
+        async def capture_send(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                headers = message.get("headers", [])
+                recorder.response_start(
+                    message["status"],
+                    {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers},
+                )
+                message = {
+                    **message,
+                    "headers": [*headers, (CALL_ID_HEADER, recorder.model_call_id.encode())],
+                }
+                await send(message)
+                return
+            if kind != "http.response.body" or recorder.finished:
+                await send(message)
+                return
+            terminal = recorder.body(message.get("body", b""))
+            more = message.get("more_body", False)
+            if more and not terminal:
+                if recorder.streaming:
+                    await send(message)
+                else:
+                    held.append(message)
+                return
+            await self._write(store, rollout_id, recorder.finish(_now()))
+            for earlier in held:
+                await send(earlier)
+            held.clear()
+            await send(message)
+
+        try:
+            await self.app(scope, capture_receive, capture_send)
+        except BaseException as exc:
+            if not recorder.finished:
+                cancelled = client_gone or isinstance(exc, anyio.get_cancelled_exc_class())
+                failure = CallFailure.CANCELLED if cancelled else CallFailure.EXCEPTION
+                await self._write(store, rollout_id, recorder.finish(_now(), failure))
+            raise
+        if not recorder.finished:
+            # The app returned without finishing the body: the client went away (a streaming
+            # response stops when it hears the disconnect) or the app never answered.
+            failure = CallFailure.CANCELLED if client_gone else CallFailure.EXCEPTION
+            await self._write(store, rollout_id, recorder.finish(_now(), failure))
+
+    async def _write(self, store: CaptureStore, rollout_id: str, record: RawRecord) -> None:
+        """Make the record durable; a failure is logged and marked, never raised.
+
+        Shielded: a client that goes away must not cancel the write of its own call's record.
+        """
+        with anyio.CancelScope(shield=True):
+            try:
+                await anyio.to_thread.run_sync(store.append, rollout_id, record)
+            except Exception as exc:
+                self.state.capture_failures += 1
+                log.error(
+                    "capture write failed for rollout %s call %s: %s: %s",
+                    rollout_id,
+                    record.model_call_id,
+                    type(exc).__name__,
+                    getattr(exc, "strerror", None) or exc,
+                )
+                try:
+                    await anyio.to_thread.run_sync(store.mark_incomplete, rollout_id)
+                except Exception as marker_exc:
+                    log.error(
+                        "could not leave the incomplete marker for rollout %s: %s",
+                        rollout_id,
+                        getattr(marker_exc, "strerror", None) or marker_exc,
+                    )
+            else:
+                self.state.captured += 1

@@ -1,0 +1,206 @@
+"""The per-call recorder: a small state machine that turns one exchange into one raw record.
+
+Pure: it is handed bytes and clock readings and never reads a clock, a socket or a file itself,
+so every ending can be tested with plain values. Contract: every call that is started ends in
+exactly one record, whatever happens (normal end, upstream failure, client gone, exception).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from rollcap.dialects import StreamOutcome, get_dialect
+from rollcap.records import RawRecord, error_category, model_ref
+from rollcap.sse import SSEDecoder
+
+__all__ = ["CallFailure", "CallRecorder", "Clock"]
+
+
+class CallFailure(enum.Enum):
+    """Why a call ended without a complete upstream answer, as the server saw it."""
+
+    CONNECTION = "connection"  # upstream unreachable or the connection broke before a status
+    TIMEOUT = "timeout"  # upstream too slow
+    CANCELLED = "cancelled"  # the client went away mid-call
+    EXCEPTION = "exception"  # a bug or unexpected error inside the server
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """One reading of both clocks: wall time for timestamps, monotonic time for latencies."""
+
+    wall: float
+    mono: float
+
+
+def _json_object(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """``(object, None)`` for a JSON object body, else ``(None, text)`` so nothing is lost."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None, raw.decode("utf-8", errors="replace")
+    if isinstance(value, dict):
+        return value, None
+    return None, raw.decode("utf-8", errors="replace")
+
+
+class CallRecorder:
+    """Feed the exchange as it happens; ``finish`` gives the record, once."""
+
+    __slots__ = (
+        "_body",
+        "_decoder",
+        "_dialect",
+        "_failure",
+        "_finished",
+        "_first_byte",
+        "_reassembler",
+        "_request_body",
+        "_server_name",
+        "_session_id",
+        "_start",
+        "_streaming",
+        "_synthetic",
+        "_terminal_seen",
+        "model_call_id",
+        "status_code",
+    )
+
+    def __init__(
+        self,
+        *,
+        model_call_id: str,
+        dialect: str,
+        server_name: str,
+        start: Clock,
+        client_session_id: str | None = None,
+    ) -> None:
+        self.model_call_id = model_call_id
+        self._dialect = get_dialect(dialect)
+        self._server_name = server_name
+        self._start = start
+        self._session_id = client_session_id
+        self._request_body = b""
+        self.status_code: int | None = None
+        self._streaming = False
+        self._first_byte: float | None = None
+        self._body: list[bytes] = []
+        self._failure: CallFailure | None = None
+        self._synthetic = False
+        self._decoder = SSEDecoder()
+        self._reassembler = self._dialect.new_reassembler()
+        self._terminal_seen = False
+        self._finished = False
+
+    def request(self, body: bytes) -> None:
+        self._request_body = body
+
+    def fail(self, failure: CallFailure) -> None:
+        """Note why the call could not complete; the first reason given is kept.
+
+        A failure noted before the response starts means the response the client then gets is
+        the server's own error answer, not the upstream's: it is not recorded as upstream data.
+        """
+        if self._failure is None:
+            self._failure = failure
+
+    def response_start(self, status: int, headers: Mapping[str, str]) -> None:
+        if self._failure is not None:
+            self._synthetic = True
+            return
+        self.status_code = status
+        content_type = headers.get("content-type", "")
+        self._streaming = content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+    @property
+    def streaming(self) -> bool:
+        return self._streaming
+
+    def first_byte(self, mono: float) -> None:
+        """The first body byte arrived from upstream (the time to first token)."""
+        if self._first_byte is None:
+            self._first_byte = mono
+
+    def body(self, chunk: bytes) -> bool:
+        """Take a body chunk; true when it completes the stream's terminal event.
+
+        The server holds such a chunk back until the record is durable, so a client that saw
+        the end of a stream can rely on its record being on disk.
+        """
+        if not chunk or self._synthetic:
+            return False
+        self._body.append(chunk)
+        if not self._streaming:
+            return False
+        terminal = False
+        is_terminal = self._dialect.is_terminal_event
+        for event in self._decoder.feed(chunk):
+            self._reassembler.feed(event)
+            if not self._terminal_seen and is_terminal(event):
+                self._terminal_seen = True
+                terminal = True
+        return terminal
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def finish(self, end: Clock, failure: CallFailure | None = None) -> RawRecord:
+        """The call's record. Called once; a second call is a bug and raises."""
+        if self._finished:
+            raise RuntimeError(f"model call {self.model_call_id} already recorded")
+        self._finished = True
+        failure = self._failure if failure is None else failure
+        request, request_raw = _json_object(self._request_body)
+        raw_body = b"".join(self._body)
+        response: dict[str, Any] | None = None
+        response_raw: str | None = None
+        flags: dict[str, bool] = {}
+        if self._streaming:
+            for event in self._decoder.flush(dispatch_unterminated=True):
+                self._reassembler.feed(event)
+            result = self._reassembler.finish()
+            response = result.response
+            response_raw = raw_body.decode("utf-8", errors="replace")
+            flags["stream_error"] = result.outcome is StreamOutcome.ERROR
+            flags["incomplete"] = result.outcome is StreamOutcome.INCOMPLETE
+            # A stream the client abandoned was not truncated by upstream.
+            flags["truncated"] = result.truncated and failure in (None, CallFailure.EXCEPTION)
+        elif raw_body or self.status_code is not None:
+            response, response_raw = _json_object(raw_body)
+            ok = self.status_code is not None and 200 <= self.status_code < 300
+            flags["parse_failed"] = ok and response is None and failure is None and bool(raw_body)
+            if response is not None and self._dialect.name == "responses":
+                flags["incomplete"] = response.get("status") == "incomplete"
+        status = self.status_code
+        if failure is CallFailure.EXCEPTION and status is None:
+            status = 500  # what the client is answered
+        category = error_category(
+            status,
+            cancelled=failure is CallFailure.CANCELLED,
+            connection_failed=failure is CallFailure.CONNECTION,
+            timed_out=failure is CallFailure.TIMEOUT,
+            **flags,
+        )
+        ttft = None if self._first_byte is None else (self._first_byte - self._start.mono) * 1000
+        return RawRecord(
+            model_call_id=self.model_call_id,
+            dialect=self._dialect.name,
+            model_ref=model_ref(self._server_name),
+            started_at=self._start.wall,
+            completed_at=end.wall,
+            latency_ms=(end.mono - self._start.mono) * 1000,
+            latency_ttft_ms=ttft,
+            status_code=status,
+            error_category=category,
+            request=request,
+            response=response,
+            request_raw=request_raw,
+            response_raw=response_raw,
+            client_session_id=self._session_id,
+        )

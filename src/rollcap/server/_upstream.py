@@ -1,0 +1,110 @@
+"""Upstream backends: where a model type sends a call, and with which credentials.
+
+A backend only decides the URL and the headers. Forwarding itself (one shared aiohttp session,
+bytes passed through untouched) is the same for every pass-through model type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["MODEL_TYPES", "Backend", "backend_for"]
+
+# Never forwarded from client to upstream: hop-by-hop headers, ones aiohttp sets itself, and
+# credentials (the upstream's come from configuration unless pass-through is asked for).
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+    }
+)
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "cookie"})
+# Never forwarded from upstream to client: framing is the server's own business.
+RESPONSE_DROP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "trailer"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """How one model type reaches its upstream."""
+
+    model_type: str
+    base_url: str
+    api_key: str | None
+    auth_header: str  # "authorization" (Bearer), "x-api-key" or "api-key"
+    pass_client_credentials: bool = False
+    query: str = ""  # e.g. Azure's api-version
+
+    def url_for(self, path: str) -> str:
+        """Join ``path`` (``/v1/...``) to the base URL, with or without a trailing ``/v1``."""
+        base = self.base_url.rstrip("/")
+        if base.endswith("/v1") and path.startswith("/v1/"):
+            path = path[3:]
+        return base + path + (f"?{self.query}" if self.query else "")
+
+    def headers(self, client_headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for name, value in client_headers:
+            lower = name.lower()
+            if lower in _HOP_BY_HOP:
+                continue
+            if lower in CREDENTIAL_HEADERS and not self.pass_client_credentials:
+                continue
+            out.append((name, value))
+        # The capture parses what comes back, and the client must get the same bytes.
+        out.append(("accept-encoding", "identity"))
+        if self.api_key and not self.pass_client_credentials:
+            if self.auth_header == "authorization":
+                out.append(("authorization", f"Bearer {self.api_key}"))
+            else:
+                out.append((self.auth_header, self.api_key))
+        return out
+
+
+MODEL_TYPES = ("openai_model", "anthropic_model", "azure_openai_model")
+
+
+def backend_for(
+    model_type: str,
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    pass_client_credentials: bool = False,
+    extra: Mapping[str, str] | None = None,
+) -> Backend:
+    """The backend of a model type; a clear ``ValueError`` for what cannot work."""
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"unknown or not yet supported model type {model_type!r}: "
+            f"expected one of {', '.join(MODEL_TYPES)}"
+        )
+    if not base_url:
+        raise ValueError(f"model type {model_type} needs policy_base_url (the upstream's URL)")
+    if not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"policy_base_url {base_url!r} must start with http:// or https://")
+    extra = extra or {}
+    if model_type == "anthropic_model":
+        return Backend(model_type, base_url, api_key, "x-api-key", pass_client_credentials)
+    if model_type == "azure_openai_model":
+        version = extra.get("api_version", "2024-10-21")
+        return Backend(
+            model_type,
+            base_url,
+            api_key,
+            "api-key",
+            pass_client_credentials,
+            f"api-version={version}",
+        )
+    return Backend(model_type, base_url, api_key, "authorization", pass_client_credentials)

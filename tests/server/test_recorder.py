@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rollcap.server._recorder import CallFailure, CallRecorder, Clock
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SSE = {"content-type": "text/event-stream; charset=utf-8"}
+JSON = {"content-type": "application/json"}
+
+
+def _recorder(dialect: str = "chat") -> CallRecorder:
+    recorder = CallRecorder(
+        model_call_id="c" * 32,
+        dialect=dialect,
+        server_name="policy_model",
+        start=Clock(wall=1000.0, mono=50.0),
+        client_session_id="sess-9",
+    )
+    recorder.request(b'{"model": "m", "stream": true}')
+    return recorder
+
+
+def _feed_stream(recorder: CallRecorder, raw: bytes, step: int = 7) -> list[int]:
+    """Feed ``raw`` in chunks; the indices of chunks that completed the terminal event."""
+    terminal_at = []
+    for n, i in enumerate(range(0, len(raw), step)):
+        if recorder.body(raw[i : i + step]):
+            terminal_at.append(n)
+    return terminal_at
+
+
+def test_complete_stream_record() -> None:
+    raw = (FIXTURES / "chat" / "text_with_usage.sse").read_bytes()
+    recorder = _recorder()
+    recorder.response_start(200, SSE)
+    recorder.first_byte(50.0125)
+    terminal = _feed_stream(recorder, raw)
+    # The terminal event is completed by the chunk holding the end of "data: [DONE]\n\n".
+    assert terminal == [(len(raw) - 1) // 7]
+    record = recorder.finish(Clock(wall=1000.5, mono=50.5))
+    expected = orjson.loads((FIXTURES / "chat" / "text_with_usage.expected.json").read_bytes())
+    assert record.response == expected["response"]
+    assert record.response_raw == raw.decode()
+    assert record.request == {"model": "m", "stream": True}
+    assert record.status_code == 200
+    assert record.error_category is None
+    assert record.latency_ms == 500.0
+    assert record.latency_ttft_ms == 12.5
+    assert record.started_at == 1000.0
+    assert record.completed_at == 1000.5
+    assert record.client_session_id == "sess-9"
+    assert record.model_ref == {"type": "responses_api_models", "name": "policy_model"}
+
+
+def test_only_one_record_per_call() -> None:
+    recorder = _recorder()
+    recorder.finish(Clock(1, 1))
+    with pytest.raises(RuntimeError, match="already recorded"):
+        recorder.finish(Clock(1, 1))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "fixture", "category"),
+    [
+        ("chat", "truncated", "stream_truncated"),
+        ("chat", "error_midstream", "upstream_error"),
+        ("responses", "incomplete_max_output_tokens", "incomplete"),
+        ("responses", "response_failed", "upstream_error"),
+        ("messages", "error_overloaded", "upstream_error"),
+        ("messages", "truncated_mid_text", "stream_truncated"),
+    ],
+)
+def test_stream_endings(dialect: str, fixture: str, category: str) -> None:
+    recorder = _recorder(dialect)
+    recorder.response_start(200, SSE)
+    _feed_stream(recorder, (FIXTURES / dialect / f"{fixture}.sse").read_bytes())
+    assert recorder.finish(Clock(1, 1)).error_category == category
+
+
+def test_client_gone_mid_stream_is_cancelled_not_truncated() -> None:
+    recorder = _recorder()
+    recorder.response_start(200, SSE)
+    raw = (FIXTURES / "chat" / "text_with_usage.sse").read_bytes()
+    recorder.body(raw[: raw.index(b"\n\n", 300) + 2])
+    record = recorder.finish(Clock(1, 1), CallFailure.CANCELLED)
+    assert record.error_category == "cancelled"
+    assert record.response is not None  # the partial reconstruction is kept
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "category"),
+    [
+        (200, b'{"id": "x"}', None),
+        (200, b"<html>not json", "capture_parse_error"),
+        (200, b"[1, 2]", "capture_parse_error"),
+        (429, b'{"error": {"message": "slow down"}}', "rate_limit"),
+        (500, b"Internal Server Error", "upstream_error"),
+        (401, b'{"error": {}}', "auth"),
+    ],
+)
+def test_non_stream_bodies(status: int, body: bytes, category: str | None) -> None:
+    recorder = _recorder()
+    recorder.response_start(status, JSON)
+    assert recorder.body(body) is False  # nothing to hold back chunk by chunk
+    record = recorder.finish(Clock(1, 1))
+    assert record.status_code == status
+    assert record.error_category == category
+    if record.response is None:
+        assert record.response_raw == body.decode()
+
+
+def test_responses_incomplete_non_stream() -> None:
+    recorder = _recorder("responses")
+    recorder.response_start(200, JSON)
+    recorder.body(b'{"id": "resp_1", "status": "incomplete"}')
+    assert recorder.finish(Clock(1, 1)).error_category == "incomplete"
+
+
+@pytest.mark.parametrize(
+    ("failure", "category"),
+    [(CallFailure.CONNECTION, "connection"), (CallFailure.TIMEOUT, "timeout")],
+)
+def test_failure_before_response_ignores_the_servers_own_answer(
+    failure: CallFailure, category: str
+) -> None:
+    recorder = _recorder()
+    recorder.fail(failure)
+    recorder.response_start(502, JSON)  # rollcap's own error answer, not upstream data
+    recorder.body(b'{"error": {"message": "upstream unreachable"}}')
+    record = recorder.finish(Clock(1, 1))
+    assert record.status_code is None
+    assert record.response is None
+    assert record.error_category == category
+    assert record.latency_ttft_ms is None
+
+
+def test_exception_before_any_response() -> None:
+    record = _recorder().finish(Clock(1, 1), CallFailure.EXCEPTION)
+    assert record.status_code == 500
+    assert record.error_category == "upstream_error"
+
+
+def test_request_that_is_not_json_is_kept_raw() -> None:
+    recorder = _recorder()
+    recorder.request(b"{broken")
+    record = recorder.finish(Clock(1, 1))
+    assert record.request is None
+    assert record.request_raw == "{broken"

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollcap.config import ConfigError, RunSettings, apply_override, load_config, redact
+
+
+def test_override_forms_and_types() -> None:
+    config: dict[str, object] = {"a": 1, "nested": {"b": "x"}}
+    apply_override(config, "a=2")
+    apply_override(config, "nested.b=true")
+    apply_override(config, "+c=[1, 2.5, null]")
+    apply_override(config, "++d.e.f=/abs/path")
+    apply_override(config, "++a=off")
+    assert config == {
+        "a": False,
+        "nested": {"b": True},
+        "c": [1, 2.5, None],
+        "d": {"e": {"f": "/abs/path"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("missing=1", "no key 'missing' to change"),
+        ("+a=1", "exists already"),
+        ("a", "must look like key=value"),
+        ("=1", "must look like key=value"),
+        ("a..b=1", "empty part"),
+        ("a.b=1", "is not a mapping"),
+        ("++x=[unclosed", "not valid YAML"),
+    ],
+)
+def test_bad_overrides_name_the_key(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        apply_override({"a": 1}, override)
+
+
+def test_merge_order_files_then_env_then_overrides(tmp_path: Path) -> None:
+    first = tmp_path / "one.yaml"
+    first.write_text("policy_base_url: http://one\nobservability_enabled: false\nextra: {k: 1}\n")
+    second = tmp_path / "two.yaml"
+    second.write_text("policy_base_url: http://two\nextra: {j: 2}\n")
+    env = tmp_path / "env.yaml"
+    env.write_text("policy_api_key: sk-env\npolicy_base_url: http://env\n")
+    config = load_config([first, second], ["policy_base_url=http://cli"], env_file=env)
+    assert config["policy_base_url"] == "http://cli"
+    assert config["policy_api_key"] == "sk-env"
+    assert config["extra"] == {"k": 1, "j": 2}
+    assert load_config([first], env_file=tmp_path / "absent.yaml")["policy_api_key"] is None
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml"):
+        load_config([tmp_path / "nope.yaml"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config([bad])
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config([listing])
+
+
+def test_run_settings_capture_dir_rules(tmp_path: Path) -> None:
+    on = {"observability_enabled": True, "model_call_capture_dir": str(tmp_path)}
+    assert RunSettings.from_config(on).capture_dir == tmp_path
+    off = {"observability_enabled": False, "model_call_capture_dir": str(tmp_path)}
+    assert RunSettings.from_config(off).capture_dir is None
+    with pytest.raises(ConfigError, match="model_call_capture_dir is required"):
+        RunSettings.from_config({"observability_enabled": True})
+    with pytest.raises(ConfigError, match="model_call_capture_dir must be an absolute path"):
+        RunSettings.from_config({"observability_enabled": True, "model_call_capture_dir": "rel"})
+    with pytest.raises(ConfigError, match="observability_enabled must be true or false"):
+        RunSettings.from_config({"observability_enabled": "yes please"})
+    with pytest.raises(ConfigError, match="policy_api_key must be a string"):
+        RunSettings.from_config({"policy_api_key": 12})
+
+
+def test_redact_hides_credentials_anywhere() -> None:
+    config = {
+        "policy_api_key": "sk-1",
+        "policy_base_url": "http://x",
+        "servers": [{"api_key": "sk-2", "name": "a"}],
+        "token": None,
+    }
+    assert redact(config) == {
+        "policy_api_key": "<redacted>",
+        "policy_base_url": "http://x",
+        "servers": [{"api_key": "<redacted>", "name": "a"}],
+        "token": None,
+    }
