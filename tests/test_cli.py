@@ -62,3 +62,81 @@ def test_console_scripts_are_installed(capture_dir: Path) -> None:
         )
         assert done.returncode == 0, done.stderr
         assert "0-0" in done.stdout
+
+
+def _rollcap(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "rollcap"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["++observability_enabled=true"], "model_call_capture_dir is required"),
+        (
+            ["++observability_enabled=true", "++model_call_capture_dir=rel/dir"],
+            "model_call_capture_dir must be an absolute path, got 'rel/dir'",
+        ),
+        (["nonsense"], "must look like key=value"),
+        (["++policy_base_url=http://127.0.0.1:9", "--model-type=x"], "unknown or not yet"),
+        ([], "needs policy_base_url"),
+    ],
+)
+def test_serve_model_config_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
+    if not any(a.startswith("--model-type") for a in args):
+        args = ["--model-type", "openai_model", *args]
+    done = _rollcap("serve", "model", "--port", "0", *args)
+    assert done.returncode == 2, done
+    assert done.stderr.count("\n") == 1
+    assert message in done.stderr
+
+
+def test_serve_model_port_in_use_is_a_clear_error() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = _rollcap(
+            "serve", "model", "--model-type", "openai_model", "--port", str(port),
+            "++policy_base_url=http://127.0.0.1:9",
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+def test_serve_model_runs_until_interrupted(tmp_path: Path) -> None:
+    import signal
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "gym"), "serve", "model",
+            "--model-type", "openai_model", "--port", "0",
+            "++policy_base_url=http://127.0.0.1:9/v1", "++observability_enabled=true",
+            f"++model_call_capture_dir={tmp_path}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert f"capture: {tmp_path}" in banner
+        url = banner.split(" on ", 1)[1].split(" ", 1)[0]
+        with urllib.request.urlopen(f"{url}/health", timeout=30) as response:
+            health = orjson.loads(response.read())
+        assert health["capture_enabled"] is True
+        assert health["name"] == "policy_model"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stopped" in err

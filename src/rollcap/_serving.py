@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import uvicorn
 
-__all__ = ["bind", "uvicorn_server"]
+__all__ = ["bind", "serving", "serving_in_thread", "uvicorn_server"]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -42,3 +46,60 @@ def uvicorn_server(app: Any, *, log_level: str = "warning") -> uvicorn.Server:
         timeout_graceful_shutdown=5,
     )
     return uvicorn.Server(config)
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """Serve ``app`` in the running event loop; yields its base URL, stops on exit."""
+    sock = bind(host, port)
+    bound_port = sock.getsockname()[1]
+    server = uvicorn_server(app)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # the server failed to start: raise its error here
+                raise RuntimeError("server stopped before it started")
+            await asyncio.sleep(0.005)
+        yield f"http://{host}:{bound_port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@contextlib.contextmanager
+def serving_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve ``app`` on an event loop of its own in a thread, for synchronous callers."""
+    started = threading.Event()
+    stop: asyncio.Event | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    url: list[str] = []
+    errors: list[BaseException] = []
+
+    async def run() -> None:
+        nonlocal stop, loop
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            async with serving(app, host, port) as base_url:
+                url.append(base_url)
+                started.set()
+                await stop.wait()
+        except BaseException as exc:
+            errors.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
+    thread.start()
+    started.wait()
+    if errors:
+        thread.join()
+        raise errors[0]
+    try:
+        yield url[0]
+    finally:
+        assert loop is not None
+        assert stop is not None
+        loop.call_soon_threadsafe(stop.set)
+        thread.join()

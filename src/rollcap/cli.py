@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import orjson
 
@@ -112,8 +115,24 @@ def _serve_model(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     server = uvicorn_server(app)
-    asyncio.run(server.serve(sockets=[sock]))
+    _run_until_interrupted(server.serve(sockets=[sock]))
     return EXIT_OK
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _run_until_interrupted(main: Coroutine[Any, Any, None]) -> None:
+    """Run a server; Ctrl-C or SIGTERM is a normal stop, not a crash.
+
+    uvicorn shuts down gracefully on either signal and then raises it again for the process;
+    both arrive here as KeyboardInterrupt.
+    """
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main)
+    print("stopped", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
