@@ -1,0 +1,65 @@
+"""A fake upstream model API for tests, benchmarks and trying rollcap without a real model.
+
+``FakeUpstream`` is a real HTTP server on 127.0.0.1 that speaks the three dialects as the official
+SDKs expect them: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/chat/completions`` (OpenAI
+Chat Completions), ``POST /v1/messages`` (Anthropic Messages), plus ``GET /v1/models`` and
+``GET /health``. Each answers non-streamed or, with ``"stream": true``, as the API's SSE stream.
+
+    async with FakeUpstream() as upstream:          # or FakeUpstream.running_in_thread()
+        client = openai.AsyncOpenAI(base_url=upstream.url + "/v1", api_key="x")
+
+The answer is chosen by the ``x-fake-scenario`` header, else by the request's ``model`` when it is
+a scenario name, else ``text``:
+
+- ``text``: a short sentence. ``x-fake-events: N``: N text deltas (N words) when streamed;
+  ``x-fake-content-bytes: N``: about N bytes of text.
+- ``tool``: a call to the request's first tool (else ``lookup``), arguments sampled from its
+  schema, split over several deltas when streamed.
+- ``reasoning``: reasoning (Responses summary, chat ``reasoning_content``, Anthropic ``thinking``
+  with a signature), then text.
+- ``incomplete``: text cut by the output limit (``response.incomplete`` / ``length`` /
+  ``max_tokens``).
+- ``http_400``, ``http_401``, ``http_404``, ``http_429``, ``http_500``, ``http_503`` (any
+  ``http_<4xx|5xx>``): that status with the dialect's error body.
+- ``malformed_json``: a 200 body that is not JSON; streamed, one data line that is not JSON in the
+  middle of an otherwise complete stream.
+- ``truncate``: a stream cut half-way without its terminal event, or a body cut short of its
+  ``content-length``, then the connection closes.
+- ``stream_error``: the dialect's own mid-stream error event (non-streamed: 500, Anthropic 529).
+- ``hang``: no answer until the client leaves or the server stops. ``disconnect``: the connection
+  closes without an answer.
+
+Any scenario also takes ``x-fake-delay-ms`` (before the first byte), ``x-fake-chunk-delay-ms``
+(between stream events) and ``x-fake-cached-tokens`` (default: half the input tokens).
+
+The same request gets the same ids and timestamps, streamed or not, and the non-streamed answer
+is exactly what ``rollcap.dialects.reassemble`` rebuilds from the stream (chat: with
+``stream_options.include_usage``). ``expected_response`` gives it without a server.
+"""
+
+from rollcap.testing._scenarios import (
+    DEFAULT_MODEL,
+    HEADER_CACHED_TOKENS,
+    HEADER_CHUNK_DELAY_MS,
+    HEADER_CONTENT_BYTES,
+    HEADER_DELAY_MS,
+    HEADER_EVENTS,
+    HEADER_SCENARIO,
+    SCENARIOS,
+    expected_response,
+)
+from rollcap.testing._server import FakeUpstream, ReceivedRequest
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "HEADER_CACHED_TOKENS",
+    "HEADER_CHUNK_DELAY_MS",
+    "HEADER_CONTENT_BYTES",
+    "HEADER_DELAY_MS",
+    "HEADER_EVENTS",
+    "HEADER_SCENARIO",
+    "SCENARIOS",
+    "FakeUpstream",
+    "ReceivedRequest",
+    "expected_response",
+]

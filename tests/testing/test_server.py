@@ -1,0 +1,394 @@
+"""The fake upstream over a real socket: routes, streams, failure modes, auth, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+
+from rollcap.dialects import StreamOutcome, get_dialect, reassemble
+from rollcap.testing import SCENARIOS, FakeUpstream
+
+from .test_scenarios import DIALECTS, TERMINAL_OUTCOME, request
+
+PATHS = {"responses": "/v1/responses", "chat": "/v1/chat/completions", "messages": "/v1/messages"}
+# Bounds every wait in this file: a broken fake fails a test instead of hanging it.
+TIMEOUT = httpx2.Timeout(10.0)
+
+
+@pytest.fixture
+async def client(upstream: FakeUpstream) -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(base_url=upstream.url, timeout=TIMEOUT) as http:
+        yield http
+
+
+def stream_body(dialect: str, **extra: Any) -> dict[str, Any]:
+    options = {"stream_options": {"include_usage": True}} if dialect == "chat" else {}
+    return request(dialect, stream=True, **options, **extra)
+
+
+async def read_stream(
+    client: httpx2.AsyncClient, dialect: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[httpx2.Response, list[bytes]]:
+    chunks: list[bytes] = []
+    async with client.stream("POST", PATHS[dialect], json=body, headers=headers) as response:
+        async for chunk in response.aiter_raw():
+            chunks.append(chunk)
+    return response, chunks
+
+
+async def wait_until(condition: Any, what: str) -> None:
+    """Poll ``condition`` for up to 10 s (a bound against hanging, not a timing assertion)."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# --- complete answers -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["text", "tool", "reasoning", "incomplete"])
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_stream_reassembles_to_the_non_streamed_answer(
+    client: httpx2.AsyncClient, dialect: str, scenario: str
+) -> None:
+    headers = {"x-fake-scenario": scenario}
+    whole = await client.post(PATHS[dialect], json=request(dialect), headers=headers)
+    response, chunks = await read_stream(client, dialect, stream_body(dialect), headers)
+
+    assert whole.status_code == response.status_code == 200
+    assert whole.headers["content-type"] == "application/json"
+    assert response.headers["content-type"].startswith("text/event-stream")
+    id_header = "request-id" if dialect == "messages" else "x-request-id"
+    assert whole.headers[id_header].startswith("req_")
+    assert response.headers[id_header] != whole.headers[id_header]
+
+    result = reassemble(dialect, chunks)
+    assert result.outcome is TERMINAL_OUTCOME.get((dialect, scenario), StreamOutcome.COMPLETED)
+    assert result.response == whole.json()
+    usage = get_dialect(dialect).normalize(whole.json()).usage
+    assert usage.tokens_in == 17
+    assert usage.cached_tokens == 8
+
+
+async def test_scenario_by_model_name(client: httpx2.AsyncClient) -> None:
+    body = {**request("chat"), "model": "tool"}
+    response = await client.post("/v1/chat/completions", json=body)
+    assert response.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert response.json()["model"] == "tool"
+
+
+async def test_many_events_and_chunk_delay(client: httpx2.AsyncClient) -> None:
+    headers = {"x-fake-events": "200", "x-fake-chunk-delay-ms": "0.1", "x-fake-delay-ms": "1"}
+    _, chunks = await read_stream(client, "responses", stream_body("responses"), headers)
+    result = reassemble("responses", chunks)
+    assert result.outcome is StreamOutcome.COMPLETED
+    assert result.response is not None
+    assert len(result.response["output"][0]["content"][0]["text"].split()) == 200
+
+
+async def test_large_non_streamed_answer(client: httpx2.AsyncClient) -> None:
+    headers = {"x-fake-content-bytes": "2000000"}
+    response = await client.post("/v1/messages", json=request("messages"), headers=headers)
+    assert len(response.json()["content"][0]["text"]) == 2_000_000
+
+
+# --- failure modes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.startswith("http_")])
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_http_error_status_and_body(
+    client: httpx2.AsyncClient, dialect: str, scenario: str
+) -> None:
+    headers = {"x-fake-scenario": scenario}
+    response = await client.post(PATHS[dialect], json=stream_body(dialect), headers=headers)
+    assert response.status_code == int(scenario.removeprefix("http_"))
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    if dialect == "messages":
+        assert body["type"] == "error"
+        assert set(body["error"]) == {"type", "message"}
+        assert body["request_id"] == response.headers["request-id"]
+    else:
+        assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_malformed_json(client: httpx2.AsyncClient, dialect: str) -> None:
+    headers = {"x-fake-scenario": "malformed_json"}
+    whole = await client.post(PATHS[dialect], json=request(dialect), headers=headers)
+    assert whole.status_code == 200
+    assert whole.headers["content-type"] == "application/json"
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(whole.content)
+
+    response, chunks = await read_stream(client, dialect, stream_body(dialect), headers)
+    assert response.status_code == 200
+    result = reassemble(dialect, chunks)
+    assert result.outcome is StreamOutcome.COMPLETED
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_truncated_stream_closes_without_terminal_event(
+    client: httpx2.AsyncClient, dialect: str
+) -> None:
+    chunks: list[bytes] = []
+    headers = {"x-fake-scenario": "truncate"}
+
+    async def call() -> None:
+        async with client.stream(
+            "POST", PATHS[dialect], json=stream_body(dialect), headers=headers
+        ) as response:
+            assert response.status_code == 200
+            async for chunk in response.aiter_raw():
+                chunks.append(chunk)
+
+    with pytest.raises(httpx2.RemoteProtocolError):
+        await call()
+    result = reassemble(dialect, chunks)
+    assert result.outcome is StreamOutcome.TRUNCATED
+    assert result.response is not None
+
+
+async def test_truncated_body_closes_short_of_its_length(client: httpx2.AsyncClient) -> None:
+    with pytest.raises(httpx2.RemoteProtocolError):
+        await client.post(
+            "/v1/responses", json=request("responses"), headers={"x-fake-scenario": "truncate"}
+        )
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_stream_error(client: httpx2.AsyncClient, dialect: str) -> None:
+    headers = {"x-fake-scenario": "stream_error"}
+    response, chunks = await read_stream(client, dialect, stream_body(dialect), headers)
+    assert response.status_code == 200
+    result = reassemble(dialect, chunks)
+    assert result.outcome is StreamOutcome.ERROR
+    assert result.error is not None
+
+
+async def test_hang_ends_when_the_client_gives_up(
+    upstream: FakeUpstream, client: httpx2.AsyncClient
+) -> None:
+    with pytest.raises(httpx2.ReadTimeout):
+        await client.post(
+            "/v1/chat/completions",
+            json=request("chat"),
+            headers={"x-fake-scenario": "hang"},
+            timeout=0.2,
+        )
+    await wait_until(lambda: upstream.in_flight == 0, "the hanging handler to end")
+    # The server still answers.
+    assert (await client.post("/v1/chat/completions", json=request("chat"))).status_code == 200
+
+
+async def test_delay_before_the_first_byte(client: httpx2.AsyncClient) -> None:
+    with pytest.raises(httpx2.ReadTimeout):
+        await client.post(
+            "/v1/messages",
+            json=request("messages"),
+            headers={"x-fake-delay-ms": "60000"},
+            timeout=0.2,
+        )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_disconnect(client: httpx2.AsyncClient, stream: bool) -> None:
+    with pytest.raises(httpx2.RemoteProtocolError):
+        await client.post(
+            "/v1/responses",
+            json=request("responses", stream=stream),
+            headers={"x-fake-scenario": "disconnect"},
+        )
+
+
+async def test_bad_json_body_gets_400(client: httpx2.AsyncClient) -> None:
+    response = await client.post("/v1/messages", content=b"{oops")
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+# --- auth -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def locked() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream(api_key="sk-secret") as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("dialect", "headers", "status"),
+    [
+        ("responses", {}, 401),
+        ("responses", {"authorization": "Bearer sk-wrong"}, 401),
+        ("responses", {"authorization": "Bearer sk-secret"}, 200),
+        ("chat", {"authorization": "Bearer sk-secret"}, 200),
+        ("chat", {"x-api-key": "sk-secret"}, 401),
+        ("messages", {"x-api-key": "sk-secret"}, 200),
+        ("messages", {"authorization": "Bearer sk-secret"}, 200),
+        ("messages", {"x-api-key": "sk-wrong"}, 401),
+        ("messages", {}, 401),
+    ],
+)
+async def test_api_key(
+    locked: FakeUpstream, dialect: str, headers: dict[str, str], status: int
+) -> None:
+    async with httpx2.AsyncClient(base_url=locked.url, timeout=TIMEOUT) as http:
+        response = await http.post(PATHS[dialect], json=request(dialect), headers=headers)
+    assert response.status_code == status
+    if status == 401:
+        body = response.json()
+        if dialect == "messages":
+            assert body["error"]["type"] == "authentication_error"
+        else:
+            assert body["error"]["code"] == "invalid_api_key"
+
+
+async def test_api_key_guards_models_not_health(locked: FakeUpstream) -> None:
+    async with httpx2.AsyncClient(base_url=locked.url, timeout=TIMEOUT) as http:
+        assert (await http.get("/v1/models")).status_code == 401
+        good = await http.get("/v1/models", headers={"authorization": "Bearer sk-secret"})
+        assert good.status_code == 200
+        assert (await http.get("/health")).status_code == 200
+
+
+# --- other routes, observability ------------------------------------------------------------------
+
+
+async def test_models_and_health(client: httpx2.AsyncClient) -> None:
+    models = (await client.get("/v1/models")).json()
+    assert models["object"] == "list"
+    ids = [model["id"] for model in models["data"]]
+    assert ids[0] == "fake-model"
+    assert set(SCENARIOS) <= set(ids)
+    assert all(model["object"] == "model" for model in models["data"])
+    assert (await client.get("/health")).json() == {"status": "ok"}
+
+
+async def test_only_v1_routes(client: httpx2.AsyncClient) -> None:
+    assert (await client.post("/chat/completions", json=request("chat"))).status_code == 404
+    assert (await client.get("/v1/messages")).status_code == 405
+
+
+async def test_requests_are_recorded(upstream: FakeUpstream, client: httpx2.AsyncClient) -> None:
+    await client.post("/v1/chat/completions", json=request("chat"), headers={"X-Session-Id": "s-1"})
+    await client.post("/v1/messages", content=b"not json")
+    first, second = upstream.requests
+    assert (first.method, first.path) == ("POST", "/v1/chat/completions")
+    assert first.headers["x-session-id"] == "s-1"
+    assert first.json == request("chat")
+    assert orjson.loads(first.body) == first.json
+    assert (second.path, second.body, second.json) == ("/v1/messages", b"not json", None)
+
+
+async def test_connection_and_in_flight_counts(
+    upstream: FakeUpstream, client: httpx2.AsyncClient
+) -> None:
+    assert (upstream.open_connections, upstream.in_flight) == (0, 0)
+    hanging = asyncio.create_task(
+        client.post("/v1/responses", json=request("responses"), headers={"x-fake-scenario": "hang"})
+    )
+    try:
+        await wait_until(lambda: upstream.in_flight == 1, "the request to arrive")
+        assert upstream.open_connections == 1
+    finally:
+        hanging.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hanging
+    await wait_until(lambda: upstream.in_flight == 0, "the handler to end")
+    await wait_until(lambda: upstream.open_connections == 0, "the connection to close")
+
+
+# --- lifecycle ------------------------------------------------------------------------------------
+
+
+async def test_url_shape_and_stop_refuses_connections() -> None:
+    server = FakeUpstream()
+    with pytest.raises(RuntimeError, match="not been started"):
+        _ = server.url
+    await server.start()
+    assert server.running
+    assert server.url.startswith("http://127.0.0.1:")
+    assert not server.url.endswith("/")
+    with pytest.raises(RuntimeError, match="already running"):
+        await server.start()
+    await server.stop()
+    await server.stop()  # twice is fine
+    assert not server.running
+    async with httpx2.AsyncClient(timeout=TIMEOUT) as http:
+        with pytest.raises(httpx2.ConnectError):
+            await http.get(server.url + "/health")
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"x-fake-scenario": "hang"},
+        {"x-fake-delay-ms": "600000"},
+        {"x-fake-chunk-delay-ms": "600000"},
+    ],
+)
+async def test_stop_ends_waiting_requests_and_leaves_no_tasks(headers: dict[str, str]) -> None:
+    server = FakeUpstream()
+    await server.start()
+    async with httpx2.AsyncClient(base_url=server.url, timeout=TIMEOUT) as http:
+
+        async def call() -> None:
+            async with http.stream(
+                "POST", "/v1/chat/completions", json=stream_body("chat"), headers=headers
+            ) as response:
+                async for _ in response.aiter_raw():
+                    pass
+
+        waiting = asyncio.create_task(call())
+        await wait_until(lambda: server.in_flight == 1, "the request to arrive")
+        await asyncio.wait_for(server.stop(), 10)
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await asyncio.wait_for(waiting, 10)
+    assert server.in_flight == 0
+    assert server.open_connections == 0
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_restart_after_stop() -> None:
+    server = FakeUpstream()
+    async with server:
+        pass
+    async with server, httpx2.AsyncClient(timeout=TIMEOUT) as http:
+        assert (await http.get(server.url + "/health")).status_code == 200
+
+
+async def test_port_in_use_fails_to_start(upstream: FakeUpstream) -> None:
+    port = int(upstream.url.rsplit(":", 1)[1])
+    with pytest.raises(OSError, match=r"(?i)in use"):
+        await FakeUpstream(port=port).start()
+
+
+def test_running_in_thread_serves_sync_code() -> None:
+    threads = threading.active_count()
+    with FakeUpstream.running_in_thread(api_key="k") as server:
+        with httpx2.Client(base_url=server.url, timeout=TIMEOUT) as http:
+            response = http.post(
+                "/v1/chat/completions", json=request("chat"), headers={"authorization": "Bearer k"}
+            )
+        assert response.status_code == 200
+        assert len(server.requests) == 1
+        assert server.running
+    assert not server.running
+    assert threading.active_count() == threads
+
+
+def test_running_in_thread_raises_start_errors() -> None:
+    with FakeUpstream.running_in_thread() as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        with pytest.raises(OSError, match=r"(?i)in use"), FakeUpstream.running_in_thread(port=port):
+            pass
