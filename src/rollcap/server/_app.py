@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -21,6 +22,7 @@ from rollcap.server._middleware import (
     RECORDER_KEY,
     CaptureMiddleware,
     CaptureState,
+    UpstreamBroke,
 )
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._upstream import RESPONSE_DROP, Backend, backend_for
@@ -122,8 +124,13 @@ class _Forwarder:
             if recorder is not None:
                 recorder.fail(CallFailure.TIMEOUT)
         except aiohttp.ClientError:
-            # The body was cut: the client gets what arrived, the record says it is unparseable.
-            pass
+            # The body was cut short of its length: the client gets the same status, the same
+            # bytes and the same broken connection.
+            length = upstream.headers.get("content-length")
+            cut_headers = (
+                out_headers if length is None else {**out_headers, "content-length": length}
+            )
+            return _CutResponse(b"".join(chunks), upstream.status, cut_headers)
         finally:
             upstream.release()
         return Response(b"".join(chunks), status_code=upstream.status, headers=out_headers)
@@ -139,12 +146,30 @@ class _Forwarder:
         except TimeoutError:
             if recorder is not None:
                 recorder.fail(CallFailure.TIMEOUT)
-        except aiohttp.ClientError:
-            # Upstream broke the stream: the client sees it end without its terminal event,
-            # and the record says stream_truncated.
-            pass
+        except aiohttp.ClientError as exc:
+            # Upstream broke the stream: the client's stream breaks the same way (no clean end
+            # that an SDK could take for a finished answer), and the record says so.
+            raise UpstreamBroke(str(exc)) from exc
         finally:
             upstream.release()
+
+
+class _CutResponse(Response):
+    """Headers and a partial body, then the connection is dropped: what upstream did."""
+
+    def __init__(self, body: bytes, status: int, headers: dict[str, str]) -> None:
+        super().__init__(status_code=status)
+        self.partial = body
+        self.raw_headers = [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
+        ]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        await send({"type": "http.response.body", "body": self.partial, "more_body": True})
+        raise UpstreamBroke("upstream closed the connection before the end of the body")
 
 
 def create_model_app(settings: ModelServerSettings) -> Starlette:

@@ -8,6 +8,7 @@ record is durable.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -17,13 +18,14 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import orjson
+from starlette.requests import ClientDisconnect
 
 from rollcap.records import RawRecord, new_model_call_id
-from rollcap.routing import SCOPE_ROLLOUT_ID_KEY, split_prefix
+from rollcap.routing import ROLLOUT_PREFIX, SCOPE_ROLLOUT_ID_KEY, split_prefix
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock
 from rollcap.store import CaptureStore
 
-__all__ = ["DIALECT_ROUTES", "RECORDER_KEY", "CaptureMiddleware", "CaptureState"]
+__all__ = ["DIALECT_ROUTES", "RECORDER_KEY", "CaptureMiddleware", "CaptureState", "UpstreamBroke"]
 
 log = logging.getLogger("rollcap.server")
 
@@ -40,6 +42,22 @@ Message = dict[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[Message], Any]
 ASGIApp = Callable[[Scope, Receive, Send], Any]
+
+
+# What a send to a client that went away raises, depending on the server and the response class.
+_CLIENT_GONE = (asyncio.CancelledError, OSError, ClientDisconnect)
+
+
+class UpstreamBroke(Exception):
+    """Upstream broke its answer off; the client's connection is to be broken off too."""
+
+
+def _upstream_broke(exc: BaseException) -> bool:
+    if isinstance(exc, UpstreamBroke):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_upstream_broke(inner) for inner in exc.exceptions)
+    return False
 
 
 @dataclass(slots=True)
@@ -82,11 +100,27 @@ class CaptureMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            rollout_id, path = split_prefix(scope["path"])
+            await self._route(scope, receive, send)
+        except BaseException as exc:
+            if not _upstream_broke(exc):
+                raise
+            # Returning with the response unfinished makes the server drop the connection, which
+            # is what the client would have seen from upstream directly.
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The id is read from the path as sent: in the decoded path "a%2Fb" would pass as the
+        # id "a" followed by "/b".
+        raw_path = scope.get("raw_path")
+        sent = raw_path.decode("latin-1") if raw_path else scope["path"]
+        try:
+            rollout_id, _ = split_prefix(sent)
         except ValueError as exc:
             await _bad_request(send, str(exc))
             return
+        path = scope["path"]
         if rollout_id is not None:
+            # A valid id has no escapes, so the decoded path carries the same prefix.
+            path = path[len(ROLLOUT_PREFIX) + len(rollout_id) :] or "/"
             # A child scope, as a mounted sub-application gets: the app routes the bare path.
             scope = {
                 **scope,
@@ -178,8 +212,13 @@ class CaptureMiddleware:
             await self.app(scope, capture_receive, capture_send)
         except BaseException as exc:
             if not recorder.finished:
-                cancelled = client_gone or isinstance(exc, anyio.get_cancelled_exc_class())
-                failure = CallFailure.CANCELLED if cancelled else CallFailure.EXCEPTION
+                failure: CallFailure | None
+                if _upstream_broke(exc):
+                    failure = None  # upstream's doing: the record says truncated / unparseable
+                elif client_gone or isinstance(exc, _CLIENT_GONE):
+                    failure = CallFailure.CANCELLED
+                else:
+                    failure = CallFailure.EXCEPTION
                 await self._write(store, rollout_id, recorder.finish(_now(), failure))
             raise
         if not recorder.finished:

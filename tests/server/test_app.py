@@ -1,0 +1,412 @@
+"""The model server over real sockets, against the fake upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from yarl import URL
+
+from rollcap.store import CaptureStore
+from rollcap.testing import FakeUpstream
+from tests.server.conftest import (
+    CLIENT_KEY,
+    ROUTES,
+    SECRETS,
+    UPSTREAM_KEY,
+    Stack,
+    client_headers,
+    model_server,
+    request_body,
+    settings_for,
+)
+
+DIALECTS = list(ROUTES)
+
+
+async def _call(
+    session: aiohttp.ClientSession,
+    url: str,
+    dialect: str,
+    *,
+    stream: bool,
+    scenario: str = "text",
+    direct: bool = False,
+) -> tuple[int, bytes, dict[str, str]]:
+    # Straight to the upstream a client needs the upstream's own key; through rollcap it sends
+    # its own, which rollcap replaces.
+    key = UPSTREAM_KEY if direct else CLIENT_KEY
+    async with session.post(
+        url,
+        data=orjson.dumps(request_body(dialect, stream=stream)),
+        headers={"content-type": "application/json", **client_headers(dialect, scenario, key=key)},
+    ) as response:
+        try:
+            body = await response.read()
+        except aiohttp.ClientPayloadError:
+            body = b"<cut>"
+        return response.status, body, dict(response.headers)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("scenario", ["text", "tool", "reasoning"])
+async def test_body_bytes_identical_direct_capture_on_and_off(
+    stack: Stack, tmp_path: Path, dialect: str, stream: bool, scenario: str
+) -> None:
+    direct = await _call(
+        stack.session,
+        stack.direct_url(dialect),
+        dialect,
+        stream=stream,
+        scenario=scenario,
+        direct=True,
+    )
+    on = await _call(
+        stack.session, stack.url(dialect, "r-1"), dialect, stream=stream, scenario=scenario
+    )
+    model_type = "anthropic_model" if dialect == "messages" else "openai_model"
+    async with model_server(settings_for(stack.upstream.url, None, model_type=model_type)) as url:
+        off = await _call(
+            stack.session,
+            f"{url}/ng-rollout/r-1{ROUTES[dialect]}",
+            dialect,
+            stream=stream,
+            scenario=scenario,
+        )
+    assert direct[0] == on[0] == off[0] == 200
+    assert direct[1] == on[1] == off[1]
+    assert direct[2]["Content-Type"] == on[2]["Content-Type"] == off[2]["Content-Type"]
+    assert "x-rollcap-model-call-id" in on[2]
+    assert "x-rollcap-model-call-id" not in off[2]
+    (record,) = stack.store.read("r-1")
+    assert record["model_call_id"] == on[2]["x-rollcap-model-call-id"]
+    assert record["dialect"] == dialect
+    assert record["status_code"] == 200
+    assert record["error_category"] is None
+    assert record["request"] == request_body(dialect, stream=stream)
+    if stream:
+        assert record["response_raw"] == on[1].decode()
+        reassembled = orjson.loads(direct[1]) if not stream else None
+        assert reassembled is None
+    else:
+        assert record["response"] == orjson.loads(direct[1])
+        assert "response_raw" not in record
+    assert record["latency_ms"] >= record["latency_ttft_ms"] >= 0
+
+
+async def test_streamed_record_holds_the_reassembled_answer(stack: Stack) -> None:
+    for dialect in DIALECTS:
+        _, plain, _ = await _call(
+            stack.session, stack.direct_url(dialect), dialect, stream=False, direct=True
+        )
+        await _call(stack.session, stack.url(dialect, f"s-{dialect}"), dialect, stream=True)
+        (record,) = stack.store.read(f"s-{dialect}")
+        assert record["response"] == orjson.loads(plain), dialect
+
+
+# (scenario, streamed?) -> error_category; None: no error.
+EXPECTED = {
+    ("http_400", False): "client_error",
+    ("http_400", True): "client_error",
+    ("http_401", False): "auth",
+    ("http_404", True): "not_found",
+    ("http_429", False): "rate_limit",
+    ("http_429", True): "rate_limit",
+    ("http_500", False): "upstream_error",
+    ("http_503", True): "upstream_error",
+    ("malformed_json", False): "capture_parse_error",
+    ("malformed_json", True): None,  # one bad line inside a complete stream: the answer stands
+    ("truncate", True): "stream_truncated",
+    ("truncate", False): "capture_parse_error",
+    ("stream_error", True): "upstream_error",
+    ("stream_error", False): "upstream_error",
+}
+
+
+def _comparable(body: bytes) -> object:
+    """The body, less the request id an Anthropic error carries (new for every request)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    if isinstance(value, dict):
+        value.pop("request_id", None)
+    return value
+
+
+def _fd_count() -> int:
+    """Open descriptors other than capture files, which the store keeps open on purpose."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += not os.readlink(f"/proc/self/fd/{fd}").endswith(".capture.jsonl")
+    return count
+
+
+async def _settle(stack: Stack) -> None:
+    for _ in range(200):
+        if stack.upstream.in_flight == 0:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+
+
+async def test_failure_modes_every_dialect(stack: Stack) -> None:
+    # Warm up so that pooled connections opened on first use do not count as leaks.
+    for dialect in DIALECTS:
+        await _call(stack.session, stack.url(dialect, "warm"), dialect, stream=True)
+        await _call(stack.session, stack.direct_url(dialect), dialect, stream=True, direct=True)
+    await _settle(stack)
+    fds, tasks = _fd_count(), len(asyncio.all_tasks())
+    n = 0
+    for dialect in DIALECTS:
+        for (scenario, stream), category in EXPECTED.items():
+            n += 1
+            rollout = f"f-{n}"
+            direct = await _call(
+                stack.session,
+                stack.direct_url(dialect),
+                dialect,
+                stream=stream,
+                scenario=scenario,
+                direct=True,
+            )
+            got = await _call(
+                stack.session,
+                stack.url(dialect, rollout),
+                dialect,
+                stream=stream,
+                scenario=scenario,
+            )
+            case = (dialect, scenario, stream)
+            assert got[0] == direct[0], case
+            assert _comparable(got[1]) == _comparable(direct[1]), case
+            (record,) = stack.store.read(rollout)
+            assert record["error_category"] == category, case
+            assert record["status_code"] == direct[0], case
+    # incomplete is an error for Responses only; elsewhere it is a finish reason.
+    for dialect, category in [("responses", "incomplete"), ("chat", None), ("messages", None)]:
+        for stream in (False, True):
+            n += 1
+            await _call(
+                stack.session,
+                stack.url(dialect, f"f-{n}"),
+                dialect,
+                stream=stream,
+                scenario="incomplete",
+            )
+            (record,) = stack.store.read(f"f-{n}")
+            assert record["error_category"] == category, (dialect, stream)
+    # Still serving, and nothing left behind.
+    status, _, _ = await _call(stack.session, stack.url("chat", "after"), "chat", stream=True)
+    assert status == 200
+    await _settle(stack)
+    assert _fd_count() <= fds
+    assert len(asyncio.all_tasks()) <= tasks
+
+
+async def test_upstream_gone_and_disconnecting_is_connection(stack: Stack, tmp_path: Path) -> None:
+    for dialect in DIALECTS:
+        status, body, _ = await _call(
+            stack.session,
+            stack.url(dialect, f"d-{dialect}"),
+            dialect,
+            stream=True,
+            scenario="disconnect",
+        )
+        assert status == 502
+        assert b"upstream unreachable" in body
+        (record,) = stack.store.read(f"d-{dialect}")
+        assert record["error_category"] == "connection"
+        assert record["status_code"] is None
+    closed = FakeUpstream()
+    await closed.start()
+    url = closed.url
+    await closed.stop()
+    async with model_server(settings_for(url, tmp_path / "gone")) as server:
+        status, _, _ = await _call(
+            stack.session, f"{server}/ng-rollout/g/v1/chat/completions", "chat", stream=False
+        )
+    assert status == 502
+    (record,) = CaptureStore(tmp_path / "gone").read("g")
+    assert record["error_category"] == "connection"
+
+
+async def test_upstream_too_slow_is_timeout(upstream: FakeUpstream, tmp_path: Path) -> None:
+    settings = settings_for(upstream.url, tmp_path, read_timeout_s=0.3)
+    async with model_server(settings) as url, aiohttp.ClientSession() as session:
+        for stream in (False, True):
+            status, body, _ = await _call(
+                session,
+                f"{url}/ng-rollout/t-{stream}/v1/chat/completions",
+                "chat",
+                stream=stream,
+                scenario="hang",
+            )
+            assert status == 504
+            assert b"did not answer in time" in body
+            (record,) = CaptureStore(tmp_path).read(f"t-{stream}")
+            assert record["error_category"] == "timeout"
+
+
+async def test_terminal_event_leaves_only_after_the_record_is_durable(stack: Stack) -> None:
+    terminals = {"responses": b"response.completed", "chat": b"[DONE]", "messages": b"message_stop"}
+    for dialect in DIALECTS:
+        rollout = f"held-{dialect}"
+        async with stack.session.post(
+            stack.url(dialect, rollout),
+            json=request_body(dialect, stream=True),
+            headers=client_headers(dialect, **{"x-fake-events": "20"}),
+        ) as response:
+            seen = b""
+            async for chunk in response.content.iter_any():
+                seen += chunk
+                if terminals[dialect] in seen:
+                    # The client has the terminal event: the record must already be on disk.
+                    (record,) = stack.store.read(rollout)
+                    assert record["model_call_id"] == response.headers["x-rollcap-model-call-id"]
+                    break
+            else:
+                pytest.fail(f"no terminal event for {dialect}")
+
+
+async def test_client_gone_mid_stream_is_recorded_as_cancelled(stack: Stack) -> None:
+    async with stack.session.post(
+        stack.url("responses", "gone"),
+        json=request_body("responses", stream=True),
+        headers=client_headers(
+            "responses", **{"x-fake-chunk-delay-ms": "50", "x-fake-events": "100"}
+        ),
+    ) as response:
+        await response.content.readany()
+        response.close()
+    for _ in range(300):
+        if stack.store.read("gone"):
+            break
+        await asyncio.sleep(0.01)
+    (record,) = stack.store.read("gone")
+    assert record["error_category"] == "cancelled"
+    assert record["status_code"] == 200
+
+
+async def test_capture_off_strips_prefix_and_writes_nothing(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    async with model_server(settings_for(upstream.url, None)) as url, aiohttp.ClientSession() as s:
+        status, _, headers = await _call(
+            s, f"{url}/ng-rollout/x-1/v1/chat/completions", "chat", stream=False
+        )
+        assert status == 200
+        assert "x-rollcap-model-call-id" not in headers
+        async with s.get(f"{url}/health") as response:
+            health = await response.json()
+    assert health["capture_enabled"] is False
+    assert health["captured"] == 0
+    assert list(tmp_path.iterdir()) == []
+    assert upstream.requests[-1].path == "/v1/chat/completions"
+
+
+async def test_uncorrelated_calls_are_counted(stack: Stack) -> None:
+    await _call(stack.session, stack.url("chat", None), "chat", stream=False)
+    await _call(stack.session, stack.url("chat", None), "chat", stream=True)
+    await _call(stack.session, stack.url("chat", "c-1"), "chat", stream=False)
+    async with stack.session.get(f"{stack.openai_url}/health") as response:
+        health = await response.json()
+    assert (health["captured"], health["uncorrelated"]) == (1, 2)
+    assert stack.store.rollout_ids() == ["c-1"]
+
+
+@pytest.mark.parametrize("bad", ["..", "%2e%2e", "a%2Fb", "-x", "x" * 201])
+async def test_bad_rollout_id_in_prefix_is_400(stack: Stack, bad: str) -> None:
+    # encoded=True: the path goes out exactly as written, as a hostile client would send it.
+    url = URL(f"{stack.openai_url}/ng-rollout/{bad}/v1/chat/completions", encoded=True)
+    async with stack.session.post(url, json={}) as response:
+        assert response.status == 400
+        body = await response.json()
+    assert "invalid rollout id" in body["error"]["message"]
+    assert stack.store.rollout_ids() == []
+
+
+async def test_session_id_is_recorded(stack: Stack) -> None:
+    async with stack.session.post(
+        stack.url("chat", "sess"),
+        json=request_body("chat", stream=False),
+        headers={**client_headers("chat"), "x-session-id": "agent-session-42"},
+    ) as response:
+        await response.read()
+    assert stack.store.read("sess")[0]["client_session_id"] == "agent-session-42"
+
+
+async def test_configured_credentials_go_upstream_never_the_clients(stack: Stack) -> None:
+    await _call(stack.session, stack.url("chat", "k"), "chat", stream=False)
+    await _call(stack.session, stack.url("messages", "k"), "messages", stream=False)
+    chat, messages = stack.upstream.requests[-2:]
+    assert chat.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
+    assert messages.headers["x-api-key"] == UPSTREAM_KEY
+    assert messages.headers["anthropic-version"] == "2023-06-01"
+    for received in (chat, messages):
+        assert all(SECRETS[1] not in value for value in received.headers.values())
+
+
+@pytest.mark.parametrize("breakage", ["not_a_directory", "disk_full"])
+async def test_capture_failure_never_fails_the_call(
+    upstream: FakeUpstream, tmp_path: Path, caplog: pytest.LogCaptureFixture, breakage: str
+) -> None:
+    if breakage == "not_a_directory":
+        (tmp_path / "file").write_text("x")
+        capture_dir = tmp_path / "file" / "calls"
+    else:
+        capture_dir = tmp_path / "calls"
+        capture_dir.mkdir()
+        (capture_dir / "r-1.capture.jsonl").symlink_to("/dev/full")
+    caplog.set_level(logging.ERROR, logger="rollcap")
+    async with (
+        model_server(settings_for(upstream.url, capture_dir)) as url,
+        aiohttp.ClientSession() as s,
+    ):
+        for stream in (False, True):
+            status, body, _ = await _call(
+                s, f"{url}/ng-rollout/r-1/v1/chat/completions", "chat", stream=stream
+            )
+            assert status == 200
+            assert body
+        async with s.get(f"{url}/health") as response:
+            assert (await response.json())["capture_failures"] == 2
+    failures = [r for r in caplog.records if "capture write failed" in r.getMessage()]
+    assert len(failures) == 2
+    if breakage == "disk_full":
+        assert (capture_dir / "r-1.capture.incomplete").exists()
+        assert "No space left" in failures[0].getMessage()
+
+
+async def test_no_secret_reaches_capture_files_or_logs(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    for dialect in DIALECTS:
+        for scenario in ("text", "http_401", "tool"):
+            for stream in (False, True):
+                await _call(
+                    stack.session,
+                    stack.url(dialect, "sec"),
+                    dialect,
+                    stream=stream,
+                    scenario=scenario,
+                )
+    written = b"".join(p.read_bytes() for p in stack.store.directory.iterdir())
+    assert written
+    for secret in SECRETS:
+        assert secret.encode() not in written
+        assert secret not in caplog.text
+
+
+def _unused(_: Any) -> None:
+    return None
