@@ -14,10 +14,9 @@ from rollcap._serving import serving
 from rollcap.server import ModelServerSettings, create_model_app
 from rollcap.store import CaptureStore
 from rollcap.testing import FakeUpstream
+from tests.conftest import SECRETS
 
-UPSTREAM_KEY = "sk-upstream-SECRET-0d9f7e"
-CLIENT_KEY = "sk-client-SECRET-77aa1c"
-SECRETS = (UPSTREAM_KEY, CLIENT_KEY)
+UPSTREAM_KEY, CLIENT_KEY = SECRETS
 ROUTES = {
     "responses": "/v1/responses",
     "chat": "/v1/chat/completions",
