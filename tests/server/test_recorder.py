@@ -5,6 +5,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rollcap.records import RawRecord
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -24,6 +25,11 @@ def _recorder(dialect: str = "chat") -> CallRecorder:
     return recorder
 
 
+def _finish(recorder: CallRecorder, end: Clock, failure: CallFailure | None = None) -> RawRecord:
+    recorder.finish(end, failure)
+    return recorder.record()
+
+
 def _feed_stream(recorder: CallRecorder, raw: bytes, step: int = 7) -> list[int]:
     """Feed ``raw`` in chunks; the indices of chunks that completed the terminal event."""
     terminal_at = []
@@ -41,7 +47,7 @@ def test_complete_stream_record() -> None:
     terminal = _feed_stream(recorder, raw)
     # The terminal event is completed by the chunk holding the end of "data: [DONE]\n\n".
     assert terminal == [(len(raw) - 1) // 7]
-    record = recorder.finish(Clock(wall=1000.5, mono=50.5))
+    record = _finish(recorder, Clock(wall=1000.5, mono=50.5))
     expected = orjson.loads((FIXTURES / "chat" / "text_with_usage.expected.json").read_bytes())
     assert record.response == expected["response"]
     assert record.response_raw == raw.decode()
@@ -58,9 +64,12 @@ def test_complete_stream_record() -> None:
 
 def test_only_one_record_per_call() -> None:
     recorder = _recorder()
+    with pytest.raises(RuntimeError, match="not finished"):
+        recorder.record()
     recorder.finish(Clock(1, 1))
     with pytest.raises(RuntimeError, match="already recorded"):
         recorder.finish(Clock(1, 1))
+    assert recorder.record() == recorder.record()  # building it twice gives the same record
 
 
 @pytest.mark.parametrize(
@@ -78,7 +87,7 @@ def test_stream_endings(dialect: str, fixture: str, category: str) -> None:
     recorder = _recorder(dialect)
     recorder.response_start(200, SSE)
     _feed_stream(recorder, (FIXTURES / dialect / f"{fixture}.sse").read_bytes())
-    assert recorder.finish(Clock(1, 1)).error_category == category
+    assert _finish(recorder, Clock(1, 1)).error_category == category
 
 
 def test_client_gone_mid_stream_is_cancelled_not_truncated() -> None:
@@ -86,7 +95,7 @@ def test_client_gone_mid_stream_is_cancelled_not_truncated() -> None:
     recorder.response_start(200, SSE)
     raw = (FIXTURES / "chat" / "text_with_usage.sse").read_bytes()
     recorder.body(raw[: raw.index(b"\n\n", 300) + 2])
-    record = recorder.finish(Clock(1, 1), CallFailure.CANCELLED)
+    record = _finish(recorder, Clock(1, 1), CallFailure.CANCELLED)
     assert record.error_category == "cancelled"
     assert record.response is not None  # the partial reconstruction is kept
 
@@ -106,7 +115,7 @@ def test_non_stream_bodies(status: int, body: bytes, category: str | None) -> No
     recorder = _recorder()
     recorder.response_start(status, JSON)
     assert recorder.body(body) is False  # nothing to hold back chunk by chunk
-    record = recorder.finish(Clock(1, 1))
+    record = _finish(recorder, Clock(1, 1))
     assert record.status_code == status
     assert record.error_category == category
     if record.response is None:
@@ -117,7 +126,7 @@ def test_responses_incomplete_non_stream() -> None:
     recorder = _recorder("responses")
     recorder.response_start(200, JSON)
     recorder.body(b'{"id": "resp_1", "status": "incomplete"}')
-    assert recorder.finish(Clock(1, 1)).error_category == "incomplete"
+    assert _finish(recorder, Clock(1, 1)).error_category == "incomplete"
 
 
 @pytest.mark.parametrize(
@@ -131,7 +140,7 @@ def test_failure_before_response_ignores_the_servers_own_answer(
     recorder.fail(failure)
     recorder.response_start(502, JSON)  # rollcap's own error answer, not upstream data
     recorder.body(b'{"error": {"message": "upstream unreachable"}}')
-    record = recorder.finish(Clock(1, 1))
+    record = _finish(recorder, Clock(1, 1))
     assert record.status_code is None
     assert record.response is None
     assert record.error_category == category
@@ -139,7 +148,7 @@ def test_failure_before_response_ignores_the_servers_own_answer(
 
 
 def test_exception_before_any_response() -> None:
-    record = _recorder().finish(Clock(1, 1), CallFailure.EXCEPTION)
+    record = _finish(_recorder(), Clock(1, 1), CallFailure.EXCEPTION)
     assert record.status_code == 500
     assert record.error_category == "upstream_error"
 
@@ -147,6 +156,6 @@ def test_exception_before_any_response() -> None:
 def test_request_that_is_not_json_is_kept_raw() -> None:
     recorder = _recorder()
     recorder.request(b"{broken")
-    record = recorder.finish(Clock(1, 1))
+    record = _finish(recorder, Clock(1, 1))
     assert record.request is None
     assert record.request_raw == "{broken"

@@ -20,7 +20,7 @@ import anyio.to_thread
 import orjson
 from starlette.requests import ClientDisconnect
 
-from rollcap.records import RawRecord, new_model_call_id
+from rollcap.records import new_model_call_id
 from rollcap.routing import ROLLOUT_PREFIX, SCOPE_ROLLOUT_ID_KEY, split_prefix
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock
 from rollcap.store import CaptureStore
@@ -202,7 +202,8 @@ class CaptureMiddleware:
                 else:
                     held.append(message)
                 return
-            await self._write(store, rollout_id, recorder.finish(_now()))
+            recorder.finish(_now())
+            await self._write(store, rollout_id, recorder)
             for earlier in held:
                 await send(earlier)
             held.clear()
@@ -219,28 +220,30 @@ class CaptureMiddleware:
                     failure = CallFailure.CANCELLED
                 else:
                     failure = CallFailure.EXCEPTION
-                await self._write(store, rollout_id, recorder.finish(_now(), failure))
+                recorder.finish(_now(), failure)
+                await self._write(store, rollout_id, recorder)
             raise
         if not recorder.finished:
             # The app returned without finishing the body: the client went away (a streaming
             # response stops when it hears the disconnect) or the app never answered.
             failure = CallFailure.CANCELLED if client_gone else CallFailure.EXCEPTION
-            await self._write(store, rollout_id, recorder.finish(_now(), failure))
+            recorder.finish(_now(), failure)
+            await self._write(store, rollout_id, recorder)
 
-    async def _write(self, store: CaptureStore, rollout_id: str, record: RawRecord) -> None:
-        """Make the record durable; a failure is logged and marked, never raised.
+    async def _write(self, store: CaptureStore, rollout_id: str, recorder: CallRecorder) -> None:
+        """Build the record and make it durable, in a thread; a failure is logged, never raised.
 
         Shielded: a client that goes away must not cancel the write of its own call's record.
         """
         with anyio.CancelScope(shield=True):
             try:
-                await anyio.to_thread.run_sync(store.append, rollout_id, record)
+                await anyio.to_thread.run_sync(_record_and_append, store, rollout_id, recorder)
             except Exception as exc:
                 self.state.capture_failures += 1
                 log.error(
                     "capture write failed for rollout %s call %s: %s: %s",
                     rollout_id,
-                    record.model_call_id,
+                    recorder.model_call_id,
                     type(exc).__name__,
                     getattr(exc, "strerror", None) or exc,
                 )
@@ -254,3 +257,7 @@ class CaptureMiddleware:
                     )
             else:
                 self.state.captured += 1
+
+
+def _record_and_append(store: CaptureStore, rollout_id: str, recorder: CallRecorder) -> None:
+    store.append(rollout_id, recorder.record())

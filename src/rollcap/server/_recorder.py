@@ -16,7 +16,7 @@ import orjson
 
 from rollcap.dialects import StreamOutcome, get_dialect
 from rollcap.records import RawRecord, error_category, model_ref
-from rollcap.sse import SSEDecoder
+from rollcap.sse import SSEDecoder, SSEEvent
 
 __all__ = ["CallFailure", "CallRecorder", "Clock"]
 
@@ -56,10 +56,11 @@ class CallRecorder:
         "_body",
         "_decoder",
         "_dialect",
+        "_end",
+        "_events",
         "_failure",
         "_finished",
         "_first_byte",
-        "_reassembler",
         "_request_body",
         "_server_name",
         "_session_id",
@@ -93,8 +94,9 @@ class CallRecorder:
         self._failure: CallFailure | None = None
         self._synthetic = False
         self._decoder = SSEDecoder()
-        self._reassembler = self._dialect.new_reassembler()
+        self._events: list[SSEEvent] = []
         self._terminal_seen = False
+        self._end: Clock | None = None
         self._finished = False
 
     def request(self, body: bytes) -> None:
@@ -106,7 +108,7 @@ class CallRecorder:
         A failure noted before the response starts means the response the client then gets is
         the server's own error answer, not the upstream's: it is not recorded as upstream data.
         """
-        if self._failure is None:
+        if self._failure is None and not self._finished:
             self._failure = failure
 
     def response_start(self, status: int, headers: Mapping[str, str]) -> None:
@@ -137,34 +139,51 @@ class CallRecorder:
         self._body.append(chunk)
         if not self._streaming:
             return False
-        terminal = False
+        # Only the cheap part happens here, on the event loop: cutting events and spotting the
+        # terminal one. Parsing them into the answer waits for ``record``, off the loop.
+        events = self._decoder.feed(chunk)
+        self._events += events
+        if self._terminal_seen:
+            return False
         is_terminal = self._dialect.is_terminal_event
-        for event in self._decoder.feed(chunk):
-            self._reassembler.feed(event)
-            if not self._terminal_seen and is_terminal(event):
+        for event in events:
+            if is_terminal(event):
                 self._terminal_seen = True
-                terminal = True
-        return terminal
+                return True
+        return False
 
     @property
     def finished(self) -> bool:
         return self._finished
 
-    def finish(self, end: Clock, failure: CallFailure | None = None) -> RawRecord:
-        """The call's record. Called once; a second call is a bug and raises."""
+    def finish(self, end: Clock, failure: CallFailure | None = None) -> None:
+        """The call is over: nothing more is taken. Called once; a second call is a bug."""
         if self._finished:
             raise RuntimeError(f"model call {self.model_call_id} already recorded")
         self._finished = True
-        failure = self._failure if failure is None else failure
+        self._end = end
+        if self._streaming:
+            # A capture keeps what arrived, an event cut off by the end included.
+            self._events += self._decoder.flush(dispatch_unterminated=True)
+        if failure is not None and self._failure is None:
+            self._failure = failure
+
+    def record(self) -> RawRecord:
+        """Build the finished call's record: the costly part, safe to run in another thread."""
+        if self._end is None:
+            raise RuntimeError(f"model call {self.model_call_id} is not finished")
+        end = self._end
+        failure = self._failure
         request, request_raw = _json_object(self._request_body)
         raw_body = b"".join(self._body)
         response: dict[str, Any] | None = None
         response_raw: str | None = None
         flags: dict[str, bool] = {}
         if self._streaming:
-            for event in self._decoder.flush(dispatch_unterminated=True):
-                self._reassembler.feed(event)
-            result = self._reassembler.finish()
+            reassembler = self._dialect.new_reassembler()
+            for event in self._events:
+                reassembler.feed(event)
+            result = reassembler.finish()
             response = result.response
             response_raw = raw_body.decode("utf-8", errors="replace")
             flags["stream_error"] = result.outcome is StreamOutcome.ERROR

@@ -1,0 +1,253 @@
+"""Model-server overhead: direct calls vs rollcap with capture off vs capture on, in one run.
+
+    .venv/bin/python bench/proxy.py [--requests N] [--concurrent-requests N] [--streams N]
+
+Everything runs on this machine: the fake upstream (``python -m rollcap.testing``) and each
+rollcap model server (``rollcap serve model``) in processes of their own, the client here, all
+over 127.0.0.1. Chat Completions, zero upstream delay: non-streamed answers of about 1 KiB and
+streams of 50 events. Capture-on calls are spread over 64 rollouts. Reported: sequential p50 and
+p99 latency, time to first chunk for streams, throughput at 64 concurrent requests, server RSS,
+and RSS while 500 streams are open at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+BIN = Path(sys.executable).parent
+KEY = "bench-key"
+
+
+@contextlib.contextmanager
+def _process(args: list[str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Start a server that prints its URL on its first line; yield it and the URL."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = line.split(" on ", 1)[1].split(" ", 1)[0] if " on " in line else line.strip()
+        yield proc, url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _body(stream: bool, n: int) -> bytes:
+    body: dict[str, object] = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": f"Question number {n}: which option is right?"}],
+    }
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return orjson.dumps(body)
+
+
+@dataclass
+class Target:
+    label: str
+    base: str  # base URL up to (not including) /v1/chat/completions
+    rollouts: bool  # spread calls over /ng-rollout/<id>/
+    pid: int | None
+
+    def url(self, n: int) -> str:
+        prefix = f"/ng-rollout/bench-{n % 64}" if self.rollouts else ""
+        return f"{self.base}{prefix}/v1/chat/completions"
+
+
+HEADERS_PLAIN = {"content-type": "application/json", "authorization": f"Bearer {KEY}",
+                 "x-fake-content-bytes": "1024"}  # fmt: skip
+HEADERS_STREAM = {"content-type": "application/json", "authorization": f"Bearer {KEY}",
+                  "x-fake-events": "50"}  # fmt: skip
+
+
+async def _one(
+    session: aiohttp.ClientSession, target: Target, n: int, stream: bool
+) -> tuple[float, float]:
+    """(time to first chunk, total) in ms."""
+    start = time.perf_counter()
+    first = None
+    async with session.post(
+        target.url(n), data=_body(stream, n), headers=HEADERS_STREAM if stream else HEADERS_PLAIN
+    ) as response:
+        async for _ in response.content.iter_any():
+            if first is None:
+                first = time.perf_counter()
+        if response.status != 200:
+            raise RuntimeError(f"{target.label}: HTTP {response.status}")
+    end = time.perf_counter()
+    return ((first or end) - start) * 1000, (end - start) * 1000
+
+
+async def _sequential(
+    session: aiohttp.ClientSession, target: Target, count: int, stream: bool
+) -> dict[str, float]:
+    for n in range(20):  # warm-up: connections, caches, first-call imports
+        await _one(session, target, n, stream)
+    ttfc, total = [], []
+    for n in range(count):
+        a, b = await _one(session, target, n, stream)
+        ttfc.append(a)
+        total.append(b)
+    q = statistics.quantiles(total, n=100)
+    return {"p50": statistics.median(total), "p99": q[98], "ttfc_p50": statistics.median(ttfc)}
+
+
+async def _throughput(
+    session: aiohttp.ClientSession, target: Target, count: int, stream: bool
+) -> float:
+    next_n = 0
+
+    async def worker() -> None:
+        nonlocal next_n
+        while next_n < count:
+            n = next_n
+            next_n += 1
+            await _one(session, target, n, stream)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(64)))
+    return count / (time.perf_counter() - start)
+
+
+async def _open_streams(session: aiohttp.ClientSession, target: Target, count: int) -> float:
+    """Peak RSS (MB) of the target's process while ``count`` slow streams are open at once."""
+    assert target.pid is not None
+    headers = {**HEADERS_STREAM, "x-fake-chunk-delay-ms": "20"}
+    peak = 0.0
+
+    async def one(n: int) -> None:
+        async with session.post(target.url(n), data=_body(True, n), headers=headers) as response:
+            async for _ in response.content.iter_any():
+                pass
+
+    tasks = [asyncio.create_task(one(n)) for n in range(count)]
+    while not all(t.done() for t in tasks):
+        peak = max(peak, _rss_mb(target.pid))
+        await asyncio.sleep(0.05)
+    await asyncio.gather(*tasks)
+    return peak
+
+
+async def _measure(targets: list[Target], args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {t.label: {} for t in targets}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for stream in (False, True):
+            kind = "stream" if stream else "json"
+            for target in targets:
+                seq = await _sequential(session, target, args.requests, stream)
+                results[target.label] |= {f"{kind}_{k}": v for k, v in seq.items()}
+            for target in targets:
+                rate = await _throughput(session, target, args.concurrent_requests, stream)
+                results[target.label][f"{kind}_rps"] = rate
+        for target in targets:
+            if target.pid is not None:
+                results[target.label]["rss_mb"] = _rss_mb(target.pid)
+                peak = await _open_streams(session, target, args.streams)
+                results[target.label]["rss_streams_mb"] = peak
+    return results
+
+
+def _report(results: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
+    direct = results["direct"]
+    print(
+        f"chat completions, zero-delay fake upstream; {args.requests} sequential calls, "
+        f"{args.concurrent_requests} calls at 64 concurrent, {os.cpu_count()} cores shared\n"
+    )
+    head = (
+        f"{'':<22}{'p50 ms':>8}{'+p50':>7}{'p99 ms':>8}{'ttfc ms':>9}{'+ttfc':>7}"
+        f"{'req/s':>8}{'x direct':>9}"
+    )
+    for kind, title in (("json", "non-streamed ~1 KiB"), ("stream", "50-event stream")):
+        print(title)
+        print(head)
+        for label, r in results.items():
+            added = r[f"{kind}_p50"] - direct[f"{kind}_p50"]
+            print(
+                f"{label:<22}{r[f'{kind}_p50']:>8.2f}{added:>+7.2f}"
+                f"{r[f'{kind}_p99']:>8.2f}{r[f'{kind}_ttfc_p50']:>9.2f}"
+                f"{r[f'{kind}_ttfc_p50'] - direct[f'{kind}_ttfc_p50']:>+7.2f}"
+                f"{r[f'{kind}_rps']:>8.0f}{r[f'{kind}_rps'] / direct[f'{kind}_rps']:>9.2f}"
+            )
+        if "capture on" in results and "capture off" in results:
+            ratio = results["capture on"][f"{kind}_rps"] / results["capture off"][f"{kind}_rps"]
+            print(f"capture-on throughput / capture-off: {ratio:.2f}")
+        print()
+    for label, r in results.items():
+        if "rss_mb" in r:
+            print(
+                f"{label}: RSS {r['rss_mb']:.0f} MB after the run, "
+                f"{r['rss_streams_mb']:.0f} MB peak with {args.streams} streams open"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=500, help="sequential calls per target")
+    parser.add_argument(
+        "--concurrent-requests", type=int, default=3000, help="calls at 64 concurrent"
+    )
+    parser.add_argument("--streams", type=int, default=500, help="streams open at once for RSS")
+    args = parser.parse_args()
+
+    capture_dir = Path(tempfile.mkdtemp(prefix="rollcap-bench-proxy-"))
+    serve = [str(BIN / "rollcap"), "serve", "model", "--model-type", "openai_model", "--port", "0"]
+    try:
+        with _process(
+            [sys.executable, "-m", "rollcap.testing", "--port", "0", "--api-key", KEY]
+        ) as (_, up):
+            common = [f"++policy_base_url={up}/v1", f"++policy_api_key={KEY}"]
+            with (
+                _process([*serve, *common]) as (off, off_url),
+                _process(
+                    [
+                        *serve,
+                        *common,
+                        "++observability_enabled=true",
+                        f"++model_call_capture_dir={capture_dir}",
+                    ]
+                ) as (on, on_url),
+            ):
+                targets = [
+                    Target("direct", up, False, None),
+                    Target("capture off", off_url, True, off.pid),
+                    Target("capture on", on_url, True, on.pid),
+                ]
+                results = asyncio.run(_measure(targets, args))
+        _report(results, args)
+        records = sum(1 for p in capture_dir.iterdir() for _ in p.open("rb"))
+        print(f"capture on wrote {records} records to {len(list(capture_dir.iterdir()))} files")
+    finally:
+        shutil.rmtree(capture_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
