@@ -410,3 +410,75 @@ async def test_no_secret_reaches_capture_files_or_logs(
 
 def _unused(_: Any) -> None:
     return None
+
+
+async def test_exception_in_the_server_is_recorded_and_answered_500(
+    upstream: FakeUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollcap.server import _app
+
+    real_forward = _app._Forwarder.forward
+    calls = {"n": 0}
+
+    async def flaky_forward(self: Any, request: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            await request.body()
+            raise RuntimeError("a bug in the server")
+        return await real_forward(self, request)
+
+    monkeypatch.setattr(_app._Forwarder, "forward", flaky_forward)
+    # After a 500 from an exception the server closes the connection: no reuse.
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with (
+        model_server(settings_for(upstream.url, tmp_path)) as url,
+        aiohttp.ClientSession(connector=connector) as s,
+    ):
+        first = await _call(s, f"{url}/ng-rollout/boom/v1/chat/completions", "chat", stream=False)
+        second = await _call(s, f"{url}/ng-rollout/boom/v1/chat/completions", "chat", stream=False)
+    assert first[0] == 500
+    assert second[0] == 200
+    broken, fine = CaptureStore(tmp_path).read("boom")
+    assert (broken["status_code"], broken["error_category"]) == (500, "upstream_error")
+    assert (fine["status_code"], fine["error_category"]) == (200, None)
+
+
+async def test_permission_denied_is_logged_and_the_call_still_served(
+    upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def denied(self: CaptureStore, rollout_id: str, record: object) -> None:
+        raise PermissionError(13, "Permission denied", str(self.path_for(rollout_id)))
+
+    monkeypatch.setattr(CaptureStore, "append", denied)
+    caplog.set_level(logging.ERROR, logger="rollcap")
+    async with (
+        model_server(settings_for(upstream.url, tmp_path)) as url,
+        aiohttp.ClientSession() as s,
+    ):
+        status, body, _ = await _call(
+            s, f"{url}/ng-rollout/p/v1/responses", "responses", stream=True
+        )
+    assert status == 200
+    assert b"response.completed" in body
+    (line,) = [r.getMessage() for r in caplog.records if "capture write failed" in r.getMessage()]
+    assert "PermissionError: Permission denied" in line
+    assert (tmp_path / "p.capture.incomplete").exists()
+
+
+async def test_capture_directory_removed_while_serving_is_recreated(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    capture_dir = tmp_path / "calls"
+    async with (
+        model_server(settings_for(upstream.url, capture_dir)) as url,
+        aiohttp.ClientSession() as s,
+    ):
+        await _call(s, f"{url}/ng-rollout/r/v1/chat/completions", "chat", stream=False)
+        for path in capture_dir.iterdir():
+            path.unlink()
+        capture_dir.rmdir()
+        await _call(s, f"{url}/ng-rollout/r/v1/chat/completions", "chat", stream=True)
+    assert len(CaptureStore(capture_dir).read("r")) == 1
