@@ -1,0 +1,50 @@
+"""Translation between the client dialects and an upstream that speaks only Chat Completions.
+
+Pure: no I/O and no clocks. Ids and timestamps are passed in, so the same input always gives the
+same output.
+
+Requests (raise ``ValueError`` naming the field for a bad client request):
+    ``responses_request_to_chat(request)``, ``messages_request_to_chat(request)``
+Complete answers (never raise on upstream output):
+    ``chat_response_to_responses(chat, request, *, response_id, created_at)``,
+    ``chat_response_to_messages(chat, request, *, message_id)``
+Streams, chat SSE events in, client SSE events out as they arrive:
+    ``ChatToResponsesStream(request, *, response_id, created_at)``,
+    ``ChatToMessagesStream(request, *, message_id)``, each with ``feed(event)`` and ``finish()``
+Replay of a complete response object as its dialect's stream:
+    ``render_sse(dialect, response)``
+
+The rules for the ambiguous points are in the docstrings of ``_responses``, ``_messages``,
+``_common`` and ``_render``. The property that ties them together: a translated stream,
+reassembled with ``rollcap.dialects.reassemble``, equals the non-streamed translation of the
+reassembled chat answer (for answers whose parts arrive in the order reasoning, text, tool calls),
+and a rendered response reassembles to itself.
+"""
+
+from __future__ import annotations
+
+from rollcap.translate._events import THINKING_SIGNATURE
+from rollcap.translate._messages import (
+    ChatToMessagesStream,
+    chat_response_to_messages,
+    messages_request_to_chat,
+)
+from rollcap.translate._render import render_sse
+from rollcap.translate._requests import VLLM_PASSTHROUGH
+from rollcap.translate._responses import (
+    ChatToResponsesStream,
+    chat_response_to_responses,
+    responses_request_to_chat,
+)
+
+__all__ = [
+    "THINKING_SIGNATURE",
+    "VLLM_PASSTHROUGH",
+    "ChatToMessagesStream",
+    "ChatToResponsesStream",
+    "chat_response_to_messages",
+    "chat_response_to_responses",
+    "messages_request_to_chat",
+    "render_sse",
+    "responses_request_to_chat",
+]

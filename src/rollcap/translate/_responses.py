@@ -1,0 +1,791 @@
+"""OpenAI Responses <-> Chat Completions (pure).
+
+Request rules (``responses_request_to_chat``):
+
+- ``instructions`` becomes a leading system message; ``input`` a string is one user message.
+- Message items: roles user / assistant / system, ``developer`` sent as ``system`` (chat templates
+  rarely know it). Text parts (``input_text``, ``output_text``, ``refusal``) of a message that has
+  only text are joined into one string (``"\\n"`` between parts, ``""`` for assistant text, which is
+  one answer cut in pieces); ``input_image`` parts with an ``image_url`` become ``image_url`` parts.
+- ``function_call`` items become ``tool_calls`` of an assistant message (joined to the assistant
+  message right before them, so parallel calls stay one turn); ``function_call_output`` items
+  become ``tool`` messages.
+- ``reasoning`` items are carried, not dropped: their text (the ``reasoning_text`` content when
+  present, else the summary texts joined by ``"\\n"``) becomes ``reasoning_content`` of the next
+  assistant message, which is where vLLM chat templates read earlier reasoning. Reasoning followed
+  by anything but assistant output is dropped. ``encrypted_content`` is ignored.
+- Refused with ``ValueError``: what needs server-side state (``previous_response_id``,
+  ``conversation``, ``prompt``, ``background: true``, ``item_reference`` items, file ids), tools
+  other than function tools, other item and part types.
+- Mapped: ``tools``, ``tool_choice``, ``max_output_tokens`` -> ``max_tokens``, ``temperature``,
+  ``top_p``, ``parallel_tool_calls``, ``stream`` (+ ``stream_options.include_usage``),
+  ``text.format`` -> ``response_format``, ``reasoning.effort`` (low / medium / high) ->
+  ``reasoning_effort``, ``user``, and the vLLM extras of ``VLLM_PASSTHROUGH``. Every other field
+  (``metadata``, ``store``, ``include``, ``truncation``, ``service_tier``, ``text.verbosity``,
+  unknown ones...) is not sent upstream; those the response echoes are echoed from the request.
+
+Response rules (``chat_response_to_responses``): output items are a reasoning item (one
+``summary_text`` part), a message item (``output_text``, then ``refusal``), then one
+``function_call`` item per tool call, each only when it has non-whitespace text (a tool call
+always). An answer with none of them gets one message item with the (possibly empty) text, so
+``output_text`` always has a message to read. Ids derive from ``response_id`` (``resp_X`` gives
+``rs_X``, ``msg_X``, ``fc_X_<n>``; ``call_X_<n>`` for a call the upstream gave no id). Status is
+``incomplete`` (reason ``max_output_tokens``) for finish reason ``length``, ``incomplete``
+(``content_filter``) for ``content_filter``, else ``completed``. ``usage`` is ``null`` when the
+answer reported none; the detail counts the schema requires (``cached_tokens``,
+``reasoning_tokens``) read 0 when the upstream did not report them.
+
+Streaming (``ChatToResponsesStream``): see its docstring.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollcap.dialects import chat as chat_dialect
+from rollcap.dialects._base import as_count, as_dict, as_str, load_json_object
+from rollcap.sse import SSEEvent
+from rollcap.translate._common import (
+    CHUNK_KEYS,
+    DONE,
+    ChatUsage,
+    ChoiceDeltas,
+    Delta,
+    Open,
+    chat_usage,
+    fail,
+    first_choice,
+    has_text,
+    reasoning_of,
+    tool_calls_of,
+)
+from rollcap.translate._events import (
+    ResponsesEvents,
+    function_call_item,
+    message_item,
+    output_text_part,
+    reasoning_item,
+    refusal_part,
+    responses_error_fields,
+)
+from rollcap.translate._requests import (
+    apply_stream,
+    copy_passthrough,
+    opt_bool,
+    opt_count,
+    opt_number,
+    opt_str,
+    req_list,
+    req_mapping,
+    req_str,
+)
+
+__all__ = ["ChatToResponsesStream", "chat_response_to_responses", "responses_request_to_chat"]
+
+_REASONING_EFFORTS = frozenset({"low", "medium", "high"})
+_TOOL_CHOICE_MODES = frozenset({"auto", "none", "required"})
+_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+# --- requests ------------------------------------------------------------------------------------
+
+
+def responses_request_to_chat(request: Mapping[str, Any]) -> dict[str, Any]:
+    """A Responses ``create`` body as a Chat Completions body. Raises ``ValueError`` naming the
+    field for a request that is malformed or needs what a stateless translation cannot give."""
+    req = req_mapping(request, "request")
+    _refuse_stateful(req)
+    chat: dict[str, Any] = {}
+    model = opt_str(req, "model")
+    if model is not None:
+        chat["model"] = model
+    messages: list[dict[str, Any]] = []
+    instructions = opt_str(req, "instructions")
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    if req.get("input") is None:
+        fail("input", "is required")
+    items = req["input"]
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+    else:
+        messages.extend(_InputItems().convert(req_list(items, "input")))
+    chat["messages"] = messages
+    if req.get("tools") is not None:
+        tools = _tools(req_list(req["tools"], "tools"))
+        if tools:
+            chat["tools"] = tools
+    if req.get("tool_choice") is not None:
+        chat["tool_choice"] = _tool_choice(req["tool_choice"])
+    max_tokens = opt_count(req, "max_output_tokens", minimum=1)
+    if max_tokens is not None:
+        chat["max_tokens"] = max_tokens
+    for key in ("temperature", "top_p"):
+        number = opt_number(req, key)
+        if number is not None:
+            chat[key] = number
+    parallel = opt_bool(req, "parallel_tool_calls")
+    if parallel is not None:
+        chat["parallel_tool_calls"] = parallel
+    response_format = _response_format(req.get("text"))
+    if response_format is not None:
+        chat["response_format"] = response_format
+    if req.get("reasoning") is not None:
+        effort = opt_str(req_mapping(req["reasoning"], "reasoning"), "effort", "reasoning.effort")
+        # vLLM only knows these three; "minimal" / "none" are left to the model's default.
+        if effort in _REASONING_EFFORTS:
+            chat["reasoning_effort"] = effort
+    user = opt_str(req, "user")
+    if user is not None:
+        chat["user"] = user
+    apply_stream(req, chat)
+    copy_passthrough(req, chat)
+    return chat
+
+
+def _refuse_stateful(req: Mapping[str, Any]) -> None:
+    if req.get("previous_response_id") is not None:
+        fail(
+            "previous_response_id",
+            "not supported: this proxy is stateless and cannot resolve earlier responses; "
+            "send the whole conversation in input",
+        )
+    if req.get("conversation") is not None:
+        fail("conversation", "not supported: this proxy keeps no conversations")
+    if req.get("prompt") is not None:
+        fail("prompt", "not supported: prompt templates are stored server-side")
+    if req.get("background") is True:
+        fail("background", "not supported: this proxy cannot run responses in the background")
+
+
+class _InputItems:
+    """Builds chat messages from Responses input items, joining what chat keeps in one message."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.reasoning: list[str] = []
+        # True while the last message may still take the next function call as a parallel call.
+        self.open_assistant = False
+
+    def convert(self, items: list[Any]) -> list[dict[str, Any]]:
+        for position, raw in enumerate(items):
+            name = f"input[{position}]"
+            item = req_mapping(raw, name)
+            kind = item.get("type")
+            if kind is None and "role" in item:
+                kind = "message"
+            if kind == "message":
+                self._message(item, name)
+            elif kind == "function_call":
+                self._function_call(item, name)
+            elif kind == "function_call_output":
+                self._function_output(item, name)
+            elif kind == "reasoning":
+                text = _reasoning_text(item, name)
+                if text:
+                    self.reasoning.append(text)
+            elif kind == "item_reference":
+                fail(name, "item_reference is not supported: this proxy stores no items")
+            else:
+                fail(f"{name}.type", f"item type {kind!r} cannot be translated to Chat Completions")
+        return self.messages
+
+    def _append(self, message: dict[str, Any]) -> None:
+        if message["role"] == "assistant" and self.reasoning:
+            message["reasoning_content"] = "\n".join(self.reasoning)
+        self.reasoning = []
+        self.messages.append(message)
+        self.open_assistant = message["role"] == "assistant"
+
+    def _message(self, item: Mapping[str, Any], name: str) -> None:
+        role = item.get("role")
+        if role not in _ROLES:
+            fail(f"{name}.role", f"expected one of {', '.join(_ROLES)}, got {role!r}")
+        chat_role = _ROLES[role]
+        content = item.get("content")
+        if content is None:
+            fail(f"{name}.content", "is required")
+        if isinstance(content, str):
+            self._append({"role": chat_role, "content": content})
+            return
+        parts = _content_parts(req_list(content, f"{name}.content"), f"{name}.content")
+        self._append({"role": chat_role, "content": _join(parts, chat_role)})
+
+    def _function_call(self, item: Mapping[str, Any], name: str) -> None:
+        call = {
+            "id": req_str(item.get("call_id"), f"{name}.call_id"),
+            "type": "function",
+            "function": {
+                "name": req_str(item.get("name"), f"{name}.name"),
+                "arguments": req_str(item.get("arguments"), f"{name}.arguments"),
+            },
+        }
+        if self.open_assistant and not self.reasoning:
+            self.messages[-1].setdefault("tool_calls", []).append(call)
+            return
+        self._append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+    def _function_output(self, item: Mapping[str, Any], name: str) -> None:
+        call_id = req_str(item.get("call_id"), f"{name}.call_id")
+        output = item.get("output")
+        if isinstance(output, str):
+            content: str | list[dict[str, Any]] = output
+        else:
+            parts = _content_parts(req_list(output, f"{name}.output"), f"{name}.output")
+            content = _join(parts, "tool")
+        self._append({"role": "tool", "tool_call_id": call_id, "content": content})
+
+
+def _reasoning_text(item: Mapping[str, Any], name: str) -> str:
+    texts: list[str] = []
+    for key, kind in (("content", "reasoning_text"), ("summary", "summary_text")):
+        parts = item.get(key)
+        if parts is None:
+            continue
+        for position, raw in enumerate(req_list(parts, f"{name}.{key}")):
+            part = req_mapping(raw, f"{name}.{key}[{position}]")
+            if part.get("type") == kind:
+                texts.append(req_str(part.get("text"), f"{name}.{key}[{position}].text"))
+        if texts:
+            # The raw reasoning when the item has it; the summary only stands in for it.
+            break
+    return "\n".join(texts)
+
+
+def _content_parts(parts: list[Any], name: str) -> list[dict[str, Any]]:
+    chat_parts: list[dict[str, Any]] = []
+    for position, raw in enumerate(parts):
+        part_name = f"{name}[{position}]"
+        part = req_mapping(raw, part_name)
+        kind = part.get("type")
+        if kind in _TEXT_PARTS:
+            chat_parts.append({"type": "text", "text": req_str(part.get("text"), part_name)})
+        elif kind == "refusal":
+            text = req_str(part.get("refusal"), f"{part_name}.refusal")
+            chat_parts.append({"type": "text", "text": text})
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if url is None:
+                fail(f"{part_name}.image_url", "is required (file_id images need a file store)")
+            image: dict[str, Any] = {"url": req_str(url, f"{part_name}.image_url")}
+            detail = opt_str(part, "detail", f"{part_name}.detail")
+            if detail is not None:
+                image["detail"] = detail
+            chat_parts.append({"type": "image_url", "image_url": image})
+        else:
+            fail(f"{part_name}.type", f"content type {kind!r} cannot be translated")
+    return chat_parts
+
+
+def _join(parts: list[dict[str, Any]], role: str) -> str | list[dict[str, Any]]:
+    """Text-only content as one string (what every chat template accepts), else the parts."""
+    if any(part["type"] != "text" for part in parts):
+        return parts
+    return ("" if role == "assistant" else "\n").join(part["text"] for part in parts)
+
+
+def _tools(tools: list[Any]) -> list[dict[str, Any]]:
+    chat_tools: list[dict[str, Any]] = []
+    unsupported: list[str] = []
+    for position, raw in enumerate(tools):
+        name = f"tools[{position}]"
+        tool = req_mapping(raw, name)
+        if tool.get("type") != "function":
+            unsupported.append(f"{name} ({tool.get('type')!r})")
+            continue
+        if "name" not in tool and isinstance(tool.get("function"), Mapping):
+            # Already in chat form: accepted as it is.
+            chat_tools.append({"type": "function", "function": dict(tool["function"])})
+            continue
+        function: dict[str, Any] = {"name": req_str(tool.get("name"), f"{name}.name")}
+        description = opt_str(tool, "description", f"{name}.description")
+        if description is not None:
+            function["description"] = description
+        if tool.get("parameters") is not None:
+            function["parameters"] = dict(req_mapping(tool["parameters"], f"{name}.parameters"))
+        strict = opt_bool(tool, "strict", f"{name}.strict")
+        if strict is not None:
+            function["strict"] = strict
+        chat_tools.append({"type": "function", "function": function})
+    if unsupported:
+        fail(
+            "tools",
+            "only function tools can be translated to Chat Completions; unsupported: "
+            + ", ".join(unsupported),
+        )
+    return chat_tools
+
+
+def _tool_choice(value: object) -> str | dict[str, Any]:
+    if isinstance(value, str):
+        if value not in _TOOL_CHOICE_MODES:
+            fail("tool_choice", f"expected auto, none, required or a function, got {value!r}")
+        return value
+    choice = req_mapping(value, "tool_choice")
+    if choice.get("type") != "function":
+        fail(
+            "tool_choice.type", f"only function tool choices translate, got {choice.get('type')!r}"
+        )
+    return {
+        "type": "function",
+        "function": {"name": req_str(choice.get("name"), "tool_choice.name")},
+    }
+
+
+def _response_format(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    text = req_mapping(value, "text")
+    if text.get("format") is None:
+        return None
+    fmt = req_mapping(text["format"], "text.format")
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        fail("text.format.type", f"expected text, json_object or json_schema, got {kind!r}")
+    schema: dict[str, Any] = {
+        "name": req_str(fmt.get("name"), "text.format.name"),
+        "schema": dict(req_mapping(fmt.get("schema"), "text.format.schema")),
+    }
+    description = opt_str(fmt, "description", "text.format.description")
+    if description is not None:
+        schema["description"] = description
+    strict = opt_bool(fmt, "strict", "text.format.strict")
+    if strict is not None:
+        schema["strict"] = strict
+    return {"type": "json_schema", "json_schema": schema}
+
+
+# --- responses -----------------------------------------------------------------------------------
+
+
+class _Ids:
+    __slots__ = ("base", "message", "reasoning")
+
+    def __init__(self, response_id: str) -> None:
+        text = str(response_id)
+        self.base = text[5:] if text.startswith("resp_") and len(text) > 5 else text
+        self.reasoning = f"rs_{self.base}"
+        self.message = f"msg_{self.base}"
+
+    def function_call(self, ordinal: int) -> str:
+        return f"fc_{self.base}_{ordinal}"
+
+    def call_id(self, ordinal: int) -> str:
+        return f"call_{self.base}_{ordinal}"
+
+
+def _model(chat: Mapping[str, Any], request: Mapping[str, Any]) -> str:
+    return as_str(chat.get("model")) or as_str(request.get("model")) or ""
+
+
+def _status(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
+    if finish_reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish_reason == "content_filter":
+        return "incomplete", {"reason": "content_filter"}
+    return "completed", None
+
+
+def _usage(usage: ChatUsage | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    total = usage.total
+    if total is None and usage.prompt is not None and usage.completion is not None:
+        total = usage.prompt + usage.completion
+    return {
+        "input_tokens": usage.prompt or 0,
+        "input_tokens_details": {"cached_tokens": usage.cached or 0},
+        "output_tokens": usage.completion or 0,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning or 0},
+        "total_tokens": total or 0,
+    }
+
+
+def _envelope(
+    request: Mapping[str, Any], response_id: str, created_at: float, model: str
+) -> dict[str, Any]:
+    """The response object around the output, echoing the request the way the API does."""
+    reasoning = as_dict(request.get("reasoning"))
+    number = {key: request.get(key) for key in ("temperature", "top_p")}
+    for key, value in number.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            number[key] = None
+    text = request.get("text")
+    tool_choice = request.get("tool_choice")
+    tools = request.get("tools")
+    metadata = request.get("metadata")
+    parallel = request.get("parallel_tool_calls")
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "in_progress",
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": as_str(request.get("instructions")),
+        "max_output_tokens": as_count(request.get("max_output_tokens")),
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": parallel if isinstance(parallel, bool) else True,
+        "previous_response_id": None,
+        "reasoning": {
+            "effort": as_str(reasoning.get("effort")),
+            "summary": as_str(reasoning.get("summary")),
+        },
+        "store": False,
+        "temperature": number["temperature"],
+        "text": copy.deepcopy(dict(text))
+        if isinstance(text, Mapping)
+        else {"format": {"type": "text"}},
+        "tool_choice": (
+            copy.deepcopy(tool_choice) if isinstance(tool_choice, str | Mapping) else "auto"
+        ),
+        "tools": copy.deepcopy(tools) if isinstance(tools, list) else [],
+        "top_p": number["top_p"],
+        "truncation": "disabled",
+        "usage": None,
+        "user": as_str(request.get("user")),
+        "metadata": copy.deepcopy(dict(metadata)) if isinstance(metadata, Mapping) else {},
+    }
+
+
+def _content_text(value: object) -> str | None:
+    if isinstance(value, str) or value is None:
+        return value
+    if isinstance(value, list):
+        # Some servers answer with content parts; their text is the answer.
+        return "".join(
+            text for part in value if (text := as_str(as_dict(part).get("text"))) is not None
+        )
+    return None
+
+
+def chat_response_to_responses(
+    chat: Mapping[str, Any],
+    request: Mapping[str, Any],
+    *,
+    response_id: str,
+    created_at: float,
+) -> dict[str, Any]:
+    """A ``chat.completion`` as the Responses ``response`` object. Never raises: a malformed
+    answer gives a best-effort translation."""
+    answer = as_dict(chat)
+    req = as_dict(request)
+    ids = _Ids(response_id)
+    choice = first_choice(answer)
+    message = as_dict(choice.get("message"))
+    status, incomplete = _status(as_str(choice.get("finish_reason")))
+    item_status = "completed" if status == "completed" else "incomplete"
+    output: list[dict[str, Any]] = []
+    reasoning = reasoning_of(message)
+    if reasoning is not None and has_text(reasoning):
+        output.append(reasoning_item(ids.reasoning, reasoning))
+    content = _content_text(message.get("content"))
+    parts: list[dict[str, Any]] = []
+    if content is not None and has_text(content):
+        parts.append(output_text_part(content))
+    refusal = as_str(message.get("refusal"))
+    if refusal is not None and has_text(refusal):
+        parts.append(refusal_part(refusal))
+    if parts:
+        output.append(message_item(ids.message, parts, item_status))
+    for ordinal, call in enumerate(tool_calls_of(message)):
+        output.append(
+            function_call_item(
+                ids.function_call(ordinal),
+                call.id or ids.call_id(ordinal),
+                call.name or "",
+                call.arguments,
+                item_status,
+            )
+        )
+    if not output:
+        output.append(message_item(ids.message, [output_text_part(content or "")], item_status))
+    response = _envelope(req, response_id, created_at, _model(answer, req))
+    response["status"] = status
+    response["incomplete_details"] = incomplete
+    response["output"] = output
+    response["usage"] = _usage(chat_usage(answer))
+    return response
+
+
+# --- streaming -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Item:
+    kind: str  # reasoning / message / tool
+    output_index: int
+    item_id: str
+    parts: list[str] = field(default_factory=list)  # a message's part kinds, in content order
+    ordinal: int = 0
+    call_id: str = ""
+    name: str = ""
+
+
+class ChatToResponsesStream:
+    """Translates a chat SSE stream into the Responses SSE stream, event by event.
+
+    ``feed(event)`` returns the Responses events the chat event makes, at once: the
+    ``response.created`` / ``response.in_progress`` pair at the first chunk, then an output item
+    (and its part) the moment its first non-whitespace text or its tool name arrives, then a delta
+    per chat delta. Items are opened in order of arrival and may be open together (text can
+    follow a tool call); all are closed (``*.done`` events) when ``[DONE]`` arrives, followed by
+    ``response.completed`` or ``response.incomplete``, whose ``response`` is
+    ``chat_response_to_responses`` of the reassembled chat answer with the streamed items in
+    their streamed order. Every event carries a running ``sequence_number``.
+
+    A chat error chunk gives one Responses ``error`` event and ends the translation. ``finish()``
+    (the upstream closed) adds nothing: a stream cut before ``[DONE]`` stays cut, so the client
+    sees a truncated stream, never a made-up success. Neither method raises.
+    """
+
+    def __init__(self, request: Mapping[str, Any], *, response_id: str, created_at: float) -> None:
+        self._request = as_dict(request)
+        self._response_id = response_id
+        self._created_at = created_at
+        self._ids = _Ids(response_id)
+        self._emit = ResponsesEvents()
+        self._chat = chat_dialect.StreamReassembler()
+        self._choice = ChoiceDeltas()
+        self._items: list[_Item] = []
+        self._message: _Item | None = None
+        self._reasoning: _Item | None = None
+        self._tools: dict[int, _Item] = {}
+        self._started = False
+        self._ended = False
+
+    def feed(self, event: SSEEvent) -> list[SSEEvent]:
+        if self._ended:
+            return []
+        self._chat.feed(event)
+        data = event.data if isinstance(event.data, str) else ""
+        if data.strip() == DONE:
+            self._ended = True
+            return self._complete()
+        if chat_dialect.is_terminal_event(event):
+            self._ended = True
+            error = self._chat.finish().error or {}
+            return [self._emit("error", **responses_error_fields(error))]
+        chunk = load_json_object(data)
+        if chunk is None or not any(key in chunk for key in CHUNK_KEYS):
+            return []
+        out = self._start(as_str(chunk.get("model")))
+        choices = chunk.get("choices")
+        for raw in choices if isinstance(choices, list) else ():
+            choice = as_dict(raw)
+            index = as_count(choice.get("index"))
+            if choice and (index is None or index == 0):
+                self._apply(self._choice.feed(choice), out)
+        return out
+
+    def finish(self) -> list[SSEEvent]:
+        """The upstream closed. Nothing is added: see the class docstring."""
+        return []
+
+    # -- opening
+
+    def _start(self, model: str | None) -> list[SSEEvent]:
+        if self._started:
+            return []
+        self._started = True
+        snapshot = _envelope(
+            self._request,
+            self._response_id,
+            self._created_at,
+            model or as_str(self._request.get("model")) or "",
+        )
+        return [
+            self._emit("response.created", response=snapshot),
+            self._emit("response.in_progress", response=snapshot),
+        ]
+
+    def _apply(self, ops: list[Open | Delta], out: list[SSEEvent]) -> None:
+        for op in ops:
+            if isinstance(op, Open):
+                self._open(op, out)
+            else:
+                self._delta(op, out)
+
+    def _add_item(self, item: _Item, body: dict[str, Any], out: list[SSEEvent]) -> None:
+        self._items.append(item)
+        out.append(
+            self._emit("response.output_item.added", output_index=item.output_index, item=body)
+        )
+
+    def _open(self, op: Open, out: list[SSEEvent]) -> None:
+        index = len(self._items)
+        if op.kind == "reasoning":
+            item = self._reasoning = _Item("reasoning", index, self._ids.reasoning)
+            body = {"id": item.item_id, "type": "reasoning", "summary": []}
+            self._add_item(item, body, out)
+            out.append(
+                self._emit(
+                    "response.reasoning_summary_part.added",
+                    item_id=item.item_id,
+                    output_index=index,
+                    summary_index=0,
+                    part={"type": "summary_text", "text": ""},
+                )
+            )
+        elif op.kind == "tool":
+            state = self._choice.opened_tools[op.ordinal]
+            item = _Item(
+                "tool",
+                index,
+                self._ids.function_call(op.ordinal),
+                ordinal=op.ordinal,
+                call_id=state.id or self._ids.call_id(op.ordinal),
+                name=state.name or "",
+            )
+            self._tools[op.ordinal] = item
+            body = function_call_item(item.item_id, item.call_id, item.name, "", "in_progress")
+            self._add_item(item, body, out)
+        else:
+            message = self._message
+            if message is None:
+                message = self._message = _Item("message", index, self._ids.message)
+                self._add_item(message, message_item(message.item_id, [], "in_progress"), out)
+            message.parts.append(op.kind)
+            part = output_text_part("") if op.kind == "text" else refusal_part("")
+            out.append(
+                self._emit(
+                    "response.content_part.added",
+                    item_id=message.item_id,
+                    output_index=message.output_index,
+                    content_index=len(message.parts) - 1,
+                    part=part,
+                )
+            )
+
+    def _delta(self, op: Delta, out: list[SSEEvent]) -> None:
+        if op.kind == "reasoning" and self._reasoning is not None:
+            item = self._reasoning
+            out.append(
+                self._emit(
+                    "response.reasoning_summary_text.delta",
+                    item_id=item.item_id,
+                    output_index=item.output_index,
+                    summary_index=0,
+                    delta=op.text,
+                )
+            )
+        elif op.kind == "tool" and op.ordinal in self._tools:
+            item = self._tools[op.ordinal]
+            out.append(
+                self._emit(
+                    "response.function_call_arguments.delta",
+                    item_id=item.item_id,
+                    output_index=item.output_index,
+                    delta=op.text,
+                )
+            )
+        elif self._message is not None and op.kind in self._message.parts:
+            message = self._message
+            fields: dict[str, Any] = {"delta": op.text}
+            if op.kind == "text":
+                kind = "response.output_text.delta"
+                fields["logprobs"] = []
+            else:
+                kind = "response.refusal.delta"
+            out.append(
+                self._emit(
+                    kind,
+                    item_id=message.item_id,
+                    output_index=message.output_index,
+                    content_index=message.parts.index(op.kind),
+                    **fields,
+                )
+            )
+
+    # -- closing
+
+    def _complete(self) -> list[SSEEvent]:
+        out = self._start(None)
+        self._apply(self._choice.close(), out)
+        answer = self._chat.finish().response or {}
+        response = chat_response_to_responses(
+            answer, self._request, response_id=self._response_id, created_at=self._created_at
+        )
+        if not self._items:
+            held = self._choice.text("text")
+            self._apply([Open("text"), *([Delta("text", held)] if held else [])], out)
+        status = "completed" if response["status"] == "completed" else "incomplete"
+        output = [self._close(item, status, out) for item in self._items]
+        response["output"] = output
+        kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
+        out.append(self._emit(kind, response=response))
+        return out
+
+    def _close(self, item: _Item, status: str, out: list[SSEEvent]) -> dict[str, Any]:
+        where = {"item_id": item.item_id, "output_index": item.output_index}
+        if item.kind == "reasoning":
+            text = self._choice.text("reasoning")
+            out.append(
+                self._emit(
+                    "response.reasoning_summary_text.done", **where, summary_index=0, text=text
+                )
+            )
+            out.append(
+                self._emit(
+                    "response.reasoning_summary_part.done",
+                    **where,
+                    summary_index=0,
+                    part={"type": "summary_text", "text": text},
+                )
+            )
+            body = reasoning_item(item.item_id, text)
+        elif item.kind == "tool":
+            arguments = "".join(self._choice.opened_tools[item.ordinal].arguments)
+            out.append(
+                self._emit("response.function_call_arguments.done", **where, arguments=arguments)
+            )
+            body = function_call_item(item.item_id, item.call_id, item.name, arguments, status)
+        else:
+            parts: list[dict[str, Any]] = []
+            for content_index, kind in enumerate(item.parts):
+                text = self._choice.text(kind)
+                if kind == "text":
+                    part = output_text_part(text)
+                    out.append(
+                        self._emit(
+                            "response.output_text.done",
+                            **where,
+                            content_index=content_index,
+                            text=text,
+                            logprobs=[],
+                        )
+                    )
+                else:
+                    part = refusal_part(text)
+                    out.append(
+                        self._emit(
+                            "response.refusal.done",
+                            **where,
+                            content_index=content_index,
+                            refusal=text,
+                        )
+                    )
+                parts.append(part)
+                out.append(
+                    self._emit(
+                        "response.content_part.done",
+                        **where,
+                        content_index=content_index,
+                        part=part,
+                    )
+                )
+            body = message_item(item.item_id, parts, status)
+        out.append(
+            self._emit("response.output_item.done", output_index=item.output_index, item=body)
+        )
+        return body
