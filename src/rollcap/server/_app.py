@@ -25,10 +25,14 @@ from rollcap.server._middleware import (
     UpstreamBroke,
 )
 from rollcap.server._recorder import CallFailure, CallRecorder
+from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation, error_for_client
 from rollcap.server._upstream import RESPONSE_DROP, Backend, backend_for
+from rollcap.sse import SSEDecoder, encode_event
 from rollcap.store import CaptureStore
 
 __all__ = ["ModelServerSettings", "create_model_app"]
+
+CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,32 +86,48 @@ class _Forwarder:
             self.session = None
 
     async def forward(self, request: Request) -> Response:
-        assert self.session is not None, "the server's lifespan did not start"
         path = request.url.path
         dialect = DIALECT_ROUTES.get(path)
         recorder: CallRecorder | None = request.scope.get(RECORDER_KEY)
-        body = await request.body()
+        if self.backend.translate_to_chat and dialect in TO_CHAT:
+            assert dialect is not None
+            return await self._translated(request, dialect, recorder)
+        opened = await self._open(request, path, await request.body(), dialect, recorder)
+        if isinstance(opened, Response):
+            return opened
+        return await self._pass_through(opened, recorder)
+
+    async def _open(
+        self,
+        request: Request,
+        path: str,
+        body: bytes,
+        dialect: str | None,
+        recorder: CallRecorder | None,
+    ) -> aiohttp.ClientResponse | Response:
+        """The upstream's response, or the server's own error answer when there is none."""
+        assert self.session is not None, "the server's lifespan did not start"
         headers = self.backend.headers(request.headers.items())
         try:
-            upstream = await self.session.request(
+            return await self.session.request(
                 request.method, self.backend.url_for(path), data=body, headers=headers
             )
         except TimeoutError:
             if recorder is not None:
                 recorder.fail(CallFailure.TIMEOUT)
-            return Response(
-                _error_body(dialect, "timeout", "upstream did not answer in time"),
-                status_code=504,
-                media_type="application/json",
+            return _json_response(
+                _error_body(dialect, "timeout", "upstream did not answer in time"), 504
             )
         except aiohttp.ClientError as exc:
             if recorder is not None:
                 recorder.fail(CallFailure.CONNECTION)
-            return Response(
-                _error_body(dialect, "api_connection_error", f"upstream unreachable: {exc}"),
-                status_code=502,
-                media_type="application/json",
+            return _json_response(
+                _error_body(dialect, "api_connection_error", f"upstream unreachable: {exc}"), 502
             )
+
+    async def _pass_through(
+        self, upstream: aiohttp.ClientResponse, recorder: CallRecorder | None
+    ) -> Response:
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_DROP}
         content_type = upstream.headers.get("content-type", "")
         if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
@@ -152,6 +172,86 @@ class _Forwarder:
             raise UpstreamBroke(str(exc)) from exc
         finally:
             upstream.release()
+
+    async def _translated(
+        self, request: Request, dialect: str, recorder: CallRecorder | None
+    ) -> Response:
+        """A Responses or Messages call answered by a chat-only upstream."""
+        try:
+            client_request = orjson.loads(await request.body())
+            if not isinstance(client_request, dict):
+                raise ValueError("the request body must be a JSON object")
+            translation = Translation(dialect, client_request)
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            return _json_response(
+                _error_body(dialect, "invalid_request_error", f"invalid request: {exc}"), 400
+            )
+        body = orjson.dumps(translation.chat_request)
+        opened = await self._open(request, CHAT_PATH, body, dialect, recorder)
+        if isinstance(opened, Response):
+            return opened
+        upstream = opened
+        content_type = upstream.headers.get("content-type", "")
+        if 200 <= upstream.status < 300 and content_type.startswith("text/event-stream"):
+            return StreamingResponse(
+                self._translated_stream(upstream, translation.stream(), recorder),
+                media_type="text/event-stream",
+            )
+        try:
+            raw = await upstream.read()
+            if recorder is not None:
+                recorder.first_byte(time.monotonic())
+        except TimeoutError:
+            if recorder is not None:
+                recorder.fail(CallFailure.TIMEOUT)
+            return _json_response(_error_body(dialect, "timeout", "upstream too slow"), 504)
+        except aiohttp.ClientError as exc:
+            return _json_response(
+                _error_body(dialect, "api_error", f"upstream broke off its answer: {exc}"), 502
+            )
+        finally:
+            upstream.release()
+        if not 200 <= upstream.status < 300:
+            return _json_response(error_for_client(dialect, upstream.status, raw), upstream.status)
+        try:
+            chat = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            chat = None
+        if not isinstance(chat, dict):
+            return _json_response(
+                _error_body(dialect, "api_error", "upstream answered with invalid JSON"), 502
+            )
+        return _json_response(orjson.dumps(translation.answer(chat)), upstream.status)
+
+    async def _translated_stream(
+        self,
+        upstream: aiohttp.ClientResponse,
+        translator: StreamTranslator,
+        recorder: CallRecorder | None,
+    ) -> AsyncIterator[bytes]:
+        decoder = SSEDecoder()
+        try:
+            async for chunk in upstream.content.iter_any():
+                if recorder is not None:
+                    recorder.first_byte(time.monotonic())
+                out = [e for event in decoder.feed(chunk) for e in translator.feed(event)]
+                if out:
+                    yield b"".join(encode_event(e) for e in out)
+            out = [e for event in decoder.flush() for e in translator.feed(event)]
+            out += translator.finish()
+            if out:
+                yield b"".join(encode_event(e) for e in out)
+        except TimeoutError:
+            if recorder is not None:
+                recorder.fail(CallFailure.TIMEOUT)
+        except aiohttp.ClientError as exc:
+            raise UpstreamBroke(str(exc)) from exc
+        finally:
+            upstream.release()
+
+
+def _json_response(body: bytes, status: int) -> Response:
+    return Response(body, status_code=status, media_type="application/json")
 
 
 class _CutResponse(Response):

@@ -46,6 +46,8 @@ class Backend:
     auth_header: str  # "authorization" (Bearer), "x-api-key" or "api-key"
     pass_client_credentials: bool = False
     query: str = ""  # e.g. Azure's api-version
+    # The upstream speaks only Chat Completions: Responses and Messages calls are translated.
+    translate_to_chat: bool = False
 
     def url_for(self, path: str) -> str:
         """Join ``path`` (``/v1/...``) to the base URL, with or without a trailing ``/v1``."""
@@ -73,7 +75,7 @@ class Backend:
         return out
 
 
-MODEL_TYPES = ("openai_model", "anthropic_model", "azure_openai_model")
+MODEL_TYPES = ("openai_model", "vllm_model", "anthropic_model", "azure_openai_model")
 
 
 def backend_for(
@@ -107,4 +109,11 @@ def backend_for(
             pass_client_credentials,
             f"api-version={version}",
         )
-    return Backend(model_type, base_url, api_key, "authorization", pass_client_credentials)
+    return Backend(
+        model_type,
+        base_url,
+        api_key,
+        "authorization",
+        pass_client_credentials,
+        translate_to_chat=model_type == "vllm_model",
+    )

@@ -1,0 +1,95 @@
+"""What the server needs to answer Responses and Messages calls from a chat-only upstream.
+
+Pure glue over ``rollcap.translate``: pick the request translator, a stream translator with
+fresh ids, and turn an upstream's chat answer or error into the client's dialect.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import orjson
+
+from rollcap.sse import SSEEvent
+from rollcap.translate import (
+    ChatToMessagesStream,
+    ChatToResponsesStream,
+    chat_response_to_messages,
+    chat_response_to_responses,
+    messages_request_to_chat,
+    responses_request_to_chat,
+)
+
+__all__ = ["TO_CHAT", "StreamTranslator", "Translation", "error_for_client"]
+
+TO_CHAT: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "responses": responses_request_to_chat,
+    "messages": messages_request_to_chat,
+}
+
+# Anthropic's error type for each status, for upstream errors handed to a Messages client.
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+class StreamTranslator(Protocol):
+    def feed(self, event: SSEEvent) -> list[SSEEvent]: ...
+
+    def finish(self) -> list[SSEEvent]: ...
+
+
+class Translation:
+    """One call's translation: the request to send, and how to turn the answer back."""
+
+    def __init__(self, dialect: str, request: Mapping[str, Any]) -> None:
+        self.dialect = dialect
+        self.request = request
+        self.chat_request = TO_CHAT[dialect](request)
+        # Ids the client sees; the upstream's own ids stay in the upstream's answer.
+        self._id = uuid.uuid4().hex
+        self._created = time.time()
+
+    def answer(self, chat: Mapping[str, Any]) -> dict[str, Any]:
+        if self.dialect == "responses":
+            return chat_response_to_responses(
+                chat, self.request, response_id=f"resp_{self._id}", created_at=self._created
+            )
+        return chat_response_to_messages(chat, self.request, message_id=f"msg_{self._id}")
+
+    def stream(self) -> StreamTranslator:
+        if self.dialect == "responses":
+            return ChatToResponsesStream(
+                self.request, response_id=f"resp_{self._id}", created_at=self._created
+            )
+        return ChatToMessagesStream(self.request, message_id=f"msg_{self._id}")
+
+
+def error_for_client(dialect: str, status: int, body: bytes) -> bytes:
+    """An upstream (OpenAI-shaped) error body, as the client's dialect shapes errors."""
+    if dialect != "messages":
+        return body  # Responses errors have the chat API's shape already
+    message = body.decode("utf-8", errors="replace")
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            message = error["message"]
+        elif isinstance(parsed.get("message"), str):
+            message = parsed["message"]
+    kind = _ANTHROPIC_ERROR_TYPES.get(
+        status, "api_error" if status >= 500 else "invalid_request_error"
+    )
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
