@@ -7,14 +7,23 @@ interleaving, and a record reported as written survives a crash. Readers take a 
 they never see half a line that is being written; a torn line left by a crash is what
 ``read_available`` skips.
 
+A store keeps the files it appends to open, and threads appending to one file at the same time
+share one write and one fsync (group commit): under many threads the cost of an append is
+mostly the number of syscalls that release the GIL, not the syscalls themselves.
+
 Everything here blocks; async callers run it in a thread (``asyncio.to_thread``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import sys
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +82,7 @@ def _encode_line(record: RawRecord | Mapping[str, Any]) -> bytes:
     if not isinstance(obj, Mapping):
         raise TypeError(f"a capture record must be a JSON object, not {type(obj).__name__}")
     # orjson never emits a raw newline inside a JSON document, so one record is one line.
-    return orjson.dumps(obj) + b"\n"
+    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _parse_line(line: bytes) -> dict[str, Any] | str:
@@ -87,16 +96,132 @@ def _parse_line(line: bytes) -> dict[str, Any] | str:
     return value
 
 
-class CaptureStore:
-    """The capture directory. Ids are validated before any path is built from them."""
+class _Handle:
+    """One cached descriptor of a rollout file, shared by this process's threads.
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    flock locks belong to the open file description, so they do not keep this process's
+    threads apart. Threads appending at the same time queue their lines instead; one of them,
+    the leader, writes the whole queue with one write under the flock, hands the lead to the
+    first thread that queued meanwhile, then syncs, so one batch is written while the one
+    before it is being synced (group commit).
+    """
+
+    __slots__ = ("__weakref__", "end", "fd", "leading", "lock", "queue", "retired", "syncing")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.lock = threading.Lock()  # guards every field but ``end``, which only leaders use
+        self.queue: list[_Pending] = []  # lines no leader has taken yet
+        self.leading = False  # a leader is writing, or is chosen; always so while queue is not []
+        self.syncing = 0  # threads in fsync(fd)
+        # Out of the cache: lines queued already still go through fd, which is closed once no
+        # leader and no sync uses it.
+        self.retired = False
+        # The file's size right after the last write through fd (-1: unknown). While the size
+        # still equals it, the last byte is known to be our newline.
+        self.end = -1
+        _HANDLES.add(self)
+
+    def retire(self) -> None:
+        with self.lock:
+            self.retired = True
+            fd = self.take_unused_fd()
+        if fd >= 0:
+            os.close(fd)
+
+    def take_unused_fd(self) -> int:
+        """Under ``lock``: the descriptor, to be closed by the caller, once retired and unused."""
+        if not self.retired or self.leading or self.syncing or self.fd < 0:
+            return -1
+        fd, self.fd = self.fd, -1
+        return fd
+
+    def pass_lead(self) -> _Pending | None:
+        """Under ``lock``: the queued line whose thread is to lead next, or None."""
+        if not self.queue:
+            self.leading = False
+            return None
+        successor = self.queue[0]
+        successor.lead = True
+        return successor
+
+    def withdraw(self, pending: _Pending) -> None:
+        """An interrupted thread leaves before leading: its line is taken back, its lead passed."""
+        with self.lock:
+            if pending not in self.queue:
+                return  # a leader has it: it is written or failed anyway
+            self.queue.remove(pending)
+            successor = self.pass_lead() if pending.lead else None
+            fd = self.take_unused_fd()
+        if successor is not None:
+            successor.wake.release()
+        if fd >= 0:
+            os.close(fd)
+
+
+class _Pending:
+    """One line on its way to the file, and how its thread learns its fate."""
+
+    __slots__ = ("lead", "line", "outcome", "wake")
+
+    def __init__(self, line: bytes) -> None:
+        self.line = line
+        self.lead = False  # its thread is to lead the next batch
+        # True: written and synced. False: not written, the descriptor went stale (the file
+        # was unlinked, the descriptor closed): try again with a fresh one. Else the failure.
+        self.outcome: bool | BaseException = False
+        self.wake = threading.Lock()  # released once lead or outcome is set
+        self.wake.acquire()
+
+
+class CaptureStore:
+    """The capture directory. Ids are validated before any path is built from them.
+
+    Appends keep up to ``max_open`` rollout files open (least recently used go first);
+    ``close()``, or leaving a ``with`` block, closes them, and a later append reopens.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, max_open: int = 256) -> None:
+        if max_open < 1:
+            raise ValueError("max_open must be at least 1")
         self.directory = Path(directory)
         # Appends build paths as strings: pathlib costs more than the syscalls of an append.
         self._prefix = os.path.join(os.fspath(directory), "")
+        self._max_open = max_open
+        self._lock = threading.Lock()  # guards _handles
+        self._handles: OrderedDict[str, _Handle] = OrderedDict()  # least recently used first
+        _STORES.add(self)
 
     def __repr__(self) -> str:
         return f"CaptureStore({str(self.directory)!r})"
+
+    def __enter__(self) -> CaptureStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Descriptors are plain ints: nothing else would close them with the store. At
+        # interpreter exit the process closes them, and module globals may already be gone.
+        if hasattr(self, "_handles") and not sys.is_finalizing():
+            self.close()
+
+    def close(self) -> None:
+        """Close every cached descriptor (an append in flight closes its own when done).
+
+        The store stays usable: a later append opens its file again.
+        """
+        with self._lock:
+            handles = list(self._handles.values())
+            self._handles.clear()
+        for handle in handles:
+            handle.retire()
+
+    def _forget_after_fork(self) -> None:
+        # A thread of the parent may have held the lock at the fork: replaced, not taken.
+        self._lock = threading.Lock()
+        self._handles = OrderedDict()
 
     def path_for(self, rollout_id: str) -> Path:
         return Path(self._file(rollout_id))
@@ -138,29 +263,126 @@ class CaptureStore:
             raise
         return fd
 
+    def _checkout(self, path: str) -> _Handle:
+        with self._lock:
+            handle = self._handles.get(path)
+            if handle is not None and not handle.retired:
+                self._handles.move_to_end(path)
+                return handle
+        # Opening may create the file and sync the directory: not under the store-wide lock.
+        handle = _Handle(self._open_for_append(path))
+        with self._lock:
+            stale = [self._handles.pop(path, None)]  # retired, or opened by a racing thread
+            self._handles[path] = handle
+            while len(self._handles) > self._max_open:
+                stale.append(self._handles.popitem(last=False)[1])
+        for old in stale:
+            if old is not None:
+                old.retire()
+        return handle
+
+    def _drop(self, path: str, handle: _Handle) -> None:
+        with self._lock:
+            if self._handles.get(path) is handle:
+                del self._handles[path]
+        handle.retire()
+
     def append(self, rollout_id: str, record: RawRecord | Mapping[str, Any]) -> None:
         """Append one record durably; returns only after the line is fsynced."""
         path = self._file(rollout_id)
         line = _encode_line(record)
-        fd = self._open_for_append(path)
+        while True:
+            handle = self._checkout(path)
+            outcome = self._commit(handle, _Pending(line))
+            if outcome is True:
+                return
+            # After a failure the descriptor's state is unknown; after False it is stale.
+            self._drop(path, handle)
+            if outcome is not False:
+                raise outcome
+
+    def _commit(self, handle: _Handle, pending: _Pending) -> bool | BaseException:
+        """Have ``pending`` written and synced, by leading a batch or by following; its outcome."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                # A crash tore the last line. Without this newline the new record would be glued
-                # onto the torn one and lost with it.
-                line = b"\n" + line
-            view = memoryview(line)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            # The lock only has to keep lines from interleaving. Syncing after releasing it lets
-            # the filesystem fold concurrent writers' syncs into one journal commit instead of
-            # serialising one fsync per record behind the lock.
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.fsync(fd)
+            with handle.lock:
+                handle.queue.append(pending)
+                pending.lead = not handle.leading
+                handle.leading = True
+            if not pending.lead:
+                pending.wake.acquire()
+        except BaseException:  # KeyboardInterrupt while waiting: leave without stranding others
+            handle.withdraw(pending)
+            raise
+        if not pending.lead:
+            return _own(pending.outcome)
+        return self._lead(handle, pending)
+
+    def _lead(self, handle: _Handle, own: _Pending) -> bool | BaseException:
+        # Failures, KeyboardInterrupt included, are caught until the lead is passed on and every
+        # follower is woken: a leader that left early would leave them waiting for ever.
+        with handle.lock:
+            batch, handle.queue = handle.queue, []
+            fd = handle.fd  # -1: closed between our checkout and now; the lines go elsewhere
+        outcome: bool | BaseException = False
+        if fd >= 0:
+            try:
+                outcome = self._write(handle, fd, batch)
+            except BaseException as exc:
+                outcome = exc
+        with handle.lock:
+            if outcome is True:
+                handle.syncing += 1
+            else:
+                handle.retired = True
+            successor = handle.pass_lead()
+            unused = handle.take_unused_fd()
+        if successor is not None:
+            successor.wake.release()
+        if outcome is True:
+            # Syncing without the lead lets the next batch be written meanwhile, and the
+            # filesystem folds syncs that overlap into one journal commit.
+            try:
+                os.fsync(fd)
+            except BaseException as exc:
+                outcome = exc
+            with handle.lock:
+                handle.syncing -= 1
+                if outcome is not True:
+                    handle.retired = True
+                unused = handle.take_unused_fd()
+        if unused >= 0:
+            os.close(unused)
+        for pending in batch:
+            pending.outcome = outcome
+            if pending is not own:
+                pending.wake.release()
+        return outcome
+
+    def _write(self, handle: _Handle, fd: int, batch: list[_Pending]) -> bool:
+        """Write the batch's lines under the flock; False if the file was unlinked under us."""
+        data = batch[0].line if len(batch) == 1 else b"".join([p.line for p in batch])
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            st = os.fstat(fd)
+            if st.st_nlink == 0:  # cleared by another process: the lines belong in a new file
+                return False
+            size = st.st_size
+            if size and size != handle.end and os.pread(fd, 1, size - 1) != b"\n":
+                # A crash tore the last line. Without this newline the new record would be
+                # glued onto the torn one and lost with it.
+                data = b"\n" + data
+            handle.end = -1
+            written = os.write(fd, data)
+            if written < len(data):  # rare (a signal, a full disk): write the rest, still locked
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(fd, view) :]
+            handle.end = size + len(data)
         finally:
-            os.close(fd)
+            # The lock only has to keep lines from interleaving. Syncing after releasing it
+            # lets the filesystem fold other processes' syncs into one journal commit.
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
 
     def _read_lines(self, path: str | Path) -> list[bytes]:
         """The file's lines under a shared lock; a missing file has none."""
@@ -208,6 +430,10 @@ class CaptureStore:
 
     def clear(self, rollout_id: str) -> None:
         """Remove the rollout's file and marker; a missing one is fine, any other error raises."""
+        with self._lock:
+            handle = self._handles.pop(self._file(rollout_id), None)
+        if handle is not None:
+            handle.retire()
         for path in (self.path_for(rollout_id), self.marker_for(rollout_id)):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
@@ -231,6 +457,37 @@ class CaptureStore:
         return sorted(
             name[: -len(CAPTURE_SUFFIX)] for name in names if name.endswith(CAPTURE_SUFFIX)
         )
+
+
+def _own(outcome: bool | BaseException) -> bool | BaseException:
+    """A follower's copy of the leader's failure, so threads never raise one shared object."""
+    if not isinstance(outcome, BaseException):
+        return outcome
+    if isinstance(outcome, OSError):
+        copy = OSError(*outcome.args)  # (errno, strerror) picks the same subclass
+    else:
+        copy = OSError(errno.EIO, f"the write carrying this line failed: {outcome!r}")
+    copy.__cause__ = outcome
+    return copy
+
+
+_STORES: weakref.WeakSet[CaptureStore] = weakref.WeakSet()
+_HANDLES: weakref.WeakSet[_Handle] = weakref.WeakSet()  # cached or still in use
+
+
+def _after_fork_in_child() -> None:
+    # The child shares the parent's open file descriptions, and with them the parent's flock
+    # locks: its appends through them would not be excluded from the parent's. This runs at the
+    # fork itself, before the child can reuse the inherited descriptor numbers.
+    for handle in list(_HANDLES):  # first: forgetting a store's cache can free its handles
+        if handle.fd >= 0:
+            os.close(handle.fd)
+            handle.fd = -1
+    for store in list(_STORES):
+        store._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def read_model_call_records(

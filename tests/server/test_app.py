@@ -482,3 +482,23 @@ async def test_capture_directory_removed_while_serving_is_recreated(
         capture_dir.rmdir()
         await _call(s, f"{url}/ng-rollout/r/v1/chat/completions", "chat", stream=True)
     assert len(CaptureStore(capture_dir).read("r")) == 1
+
+
+async def test_stopping_the_server_closes_every_capture_file(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    def open_capture_files() -> int:
+        return sum(
+            os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path))
+            for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")
+        )
+
+    async with (
+        model_server(settings_for(upstream.url, tmp_path)) as url,
+        aiohttp.ClientSession() as s,
+    ):
+        for n in range(5):
+            await _call(s, f"{url}/ng-rollout/open-{n}/v1/chat/completions", "chat", stream=False)
+        assert open_capture_files() == 5  # kept open between appends, on purpose
+    assert open_capture_files() == 0

@@ -308,6 +308,8 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
             yield
         finally:
             await forwarder.stop()
+            if store is not None:
+                store.close()  # the store keeps rollout files open between appends
 
     routes = [Route(path, forwarder.forward, methods=["POST"]) for path in DIALECT_ROUTES]
     routes += [
