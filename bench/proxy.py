@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,53 @@ def _process(args: list[str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
             proc.stdout.close()
 
 
+LITELLM_VENV = Path(__file__).resolve().parent / ".venv-litellm"
+
+
+@contextlib.contextmanager
+def _litellm(upstream: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """LiteLLM's proxy on the same upstream, installed into a venv of its own on first use."""
+    litellm = LITELLM_VENV / "bin" / "litellm"
+    if not litellm.exists():
+        print(f"installing litellm[proxy] into {LITELLM_VENV} (first run only)...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+        pip = [str(LITELLM_VENV / "bin" / "python"), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, "litellm[proxy]"], check=True)
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": KEY,
+        # No master key: a local benchmark with nothing to protect, as LiteLLM's docs allow.
+        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+    }
+    args = [str(litellm), "--model", "openai/fake-model", "--api_base", f"{upstream}/v1",
+            "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health/liveliness", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("litellm proxy did not start") from None
+                time.sleep(0.5)
+        yield proc, url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -60,9 +108,9 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def _body(stream: bool, n: int) -> bytes:
+def _body(stream: bool, n: int, model: str = "fake-model") -> bytes:
     body: dict[str, object] = {
-        "model": "fake-model",
+        "model": model,
         "messages": [{"role": "user", "content": f"Question number {n}: which option is right?"}],
     }
     if stream:
@@ -76,6 +124,7 @@ class Target:
     base: str  # base URL up to (not including) /v1/chat/completions
     rollouts: bool  # spread calls over /ng-rollout/<id>/
     pid: int | None
+    model: str = "fake-model"
 
     def url(self, n: int) -> str:
         prefix = f"/ng-rollout/bench-{n % 64}" if self.rollouts else ""
@@ -95,7 +144,9 @@ async def _one(
     start = time.perf_counter()
     first = None
     async with session.post(
-        target.url(n), data=_body(stream, n), headers=HEADERS_STREAM if stream else HEADERS_PLAIN
+        target.url(n),
+        data=_body(stream, n, target.model),
+        headers=HEADERS_STREAM if stream else HEADERS_PLAIN,
     ) as response:
         async for _ in response.content.iter_any():
             if first is None:
@@ -137,14 +188,18 @@ async def _throughput(
     return count / (time.perf_counter() - start)
 
 
-async def _open_streams(session: aiohttp.ClientSession, target: Target, count: int) -> float:
-    """Peak RSS (MB) of the target's process while ``count`` slow streams are open at once."""
+async def _open_streams(
+    session: aiohttp.ClientSession, target: Target, count: int
+) -> tuple[float, int]:
+    """Peak RSS (MB) of the target's process while ``count`` slow streams are open at once,
+    and how many of the streams failed."""
     assert target.pid is not None
     headers = {**HEADERS_STREAM, "x-fake-chunk-delay-ms": "20"}
     peak = 0.0
 
     async def one(n: int) -> None:
-        async with session.post(target.url(n), data=_body(True, n), headers=headers) as response:
+        data = _body(True, n, target.model)
+        async with session.post(target.url(n), data=data, headers=headers) as response:
             async for _ in response.content.iter_any():
                 pass
 
@@ -152,8 +207,8 @@ async def _open_streams(session: aiohttp.ClientSession, target: Target, count: i
     while not all(t.done() for t in tasks):
         peak = max(peak, _rss_mb(target.pid))
         await asyncio.sleep(0.05)
-    await asyncio.gather(*tasks)
-    return peak
+    failed = sum(1 for t in await asyncio.gather(*tasks, return_exceptions=True) if t is not None)
+    return peak, failed
 
 
 async def _measure(targets: list[Target], args: argparse.Namespace) -> dict[str, dict[str, float]]:
@@ -171,8 +226,9 @@ async def _measure(targets: list[Target], args: argparse.Namespace) -> dict[str,
         for target in targets:
             if target.pid is not None:
                 results[target.label]["rss_mb"] = _rss_mb(target.pid)
-                peak = await _open_streams(session, target, args.streams)
+                peak, failed = await _open_streams(session, target, args.streams)
                 results[target.label]["rss_streams_mb"] = peak
+                results[target.label]["streams_failed"] = failed
     return results
 
 
@@ -203,9 +259,10 @@ def _report(results: dict[str, dict[str, float]], args: argparse.Namespace) -> N
         print()
     for label, r in results.items():
         if "rss_mb" in r:
+            failed = f" ({r['streams_failed']:.0f} failed)" if r["streams_failed"] else ""
             print(
                 f"{label}: RSS {r['rss_mb']:.0f} MB after the run, "
-                f"{r['rss_streams_mb']:.0f} MB peak with {args.streams} streams open"
+                f"{r['rss_streams_mb']:.0f} MB peak with {args.streams} streams open{failed}"
             )
 
 
@@ -216,6 +273,7 @@ def main() -> None:
         "--concurrent-requests", type=int, default=3000, help="calls at 64 concurrent"
     )
     parser.add_argument("--streams", type=int, default=500, help="streams open at once for RSS")
+    parser.add_argument("--peer", choices=["litellm"], help="also measure this proxy")
     args = parser.parse_args()
 
     capture_dir = Path(tempfile.mkdtemp(prefix="rollcap-bench-proxy-"))
@@ -241,7 +299,13 @@ def main() -> None:
                     Target("capture off", off_url, True, off.pid),
                     Target("capture on", on_url, True, on.pid),
                 ]
-                results = asyncio.run(_measure(targets, args))
+                with contextlib.ExitStack() as stack:
+                    if args.peer == "litellm":
+                        peer, peer_url = stack.enter_context(_litellm(up))
+                        targets.append(
+                            Target("litellm", peer_url, False, peer.pid, "openai/fake-model")
+                        )
+                    results = asyncio.run(_measure(targets, args))
         _report(results, args)
         records = sum(1 for p in capture_dir.iterdir() for _ in p.open("rb"))
         print(f"capture on wrote {records} records to {len(list(capture_dir.iterdir()))} files")
