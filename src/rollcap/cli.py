@@ -11,7 +11,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import orjson
@@ -119,6 +119,15 @@ def _serve_model(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where it is installed: it moves bytes between sockets several times faster."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -130,8 +139,11 @@ def _run_until_interrupted(main: Coroutine[Any, Any, None]) -> None:
     both arrive here as KeyboardInterrupt.
     """
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main)
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        asyncio.Runner(loop_factory=_loop_factory()) as run,
+    ):
+        run.run(main)
     print("stopped", file=sys.stderr, flush=True)
 
 

@@ -68,6 +68,15 @@ class SSEDecoder:
             if chunk[:1] == b"\n":
                 start = 1
         buf += chunk[start:] if start else chunk
+        if b"\r" not in buf:
+            # The common case (LF only): one split instead of a search per line end.
+            last = buf.rfind(b"\n")
+            if last != -1:
+                line = self._line
+                for raw in buf[:last].split(b"\n"):
+                    line(raw, events)
+                del buf[: last + 1]
+            return events
         pos = 0
         n = len(buf)
         while pos < n:
@@ -108,7 +117,12 @@ class SSEDecoder:
         """True when bytes or fields of an unfinished event are held."""
         return bool(self._buffer) or self._has_data or self._event is not None
 
-    def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
+    def _line(self, raw: bytes | bytearray, events: list[SSEEvent]) -> None:
+        if raw[:6] == b"data: " and self._started:
+            # Nearly every line of a model stream: skip the general field parsing.
+            self._data.append(raw[6:].decode("utf-8", errors="replace"))
+            self._has_data = True
+            return
         line = raw.decode("utf-8", errors="replace")
         if not self._started:
             self._started = True
