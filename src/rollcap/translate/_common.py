@@ -22,7 +22,9 @@ from typing import Any, NoReturn
 
 import orjson
 
-from rollcap.dialects._base import as_count, as_dict, as_str
+from rollcap.dialects import chat as chat_dialect
+from rollcap.dialects._base import as_count, as_dict, as_str, load_json_object
+from rollcap.sse import SSEEvent
 
 __all__ = [
     "CHUNK_KEYS",
@@ -275,3 +277,64 @@ class ChoiceDeltas:
         ops.append(Open("tool", tool.ordinal))
         if tool.arguments:
             ops.append(Delta("tool", "".join(tool.arguments), tool.ordinal))
+
+
+class ChatStreamTranslator:
+    """What both stream translators share: read chat events, spot the end, call the hooks.
+
+    Subclasses give ``_begin(model)`` (the events that open the client's stream), ``_apply(ops,
+    out)`` (the events of one chunk's deltas), ``_complete()`` (the closing events at
+    ``[DONE]``) and ``_error(error)`` (the client's error event). ``finish()`` (the upstream
+    closed) adds nothing, so a cut stream stays cut. Neither ``feed`` nor ``finish`` raises.
+    """
+
+    def __init__(self) -> None:
+        self._chat = chat_dialect.StreamReassembler()
+        self._choice = ChoiceDeltas()
+        self._started = False
+        self._ended = False
+
+    def feed(self, event: SSEEvent) -> list[SSEEvent]:
+        if self._ended:
+            return []
+        self._chat.feed(event)
+        data = event.data if isinstance(event.data, str) else ""
+        if data.strip() == DONE:
+            self._ended = True
+            return self._complete()
+        if chat_dialect.is_terminal_event(event):
+            self._ended = True
+            return self._error(self._chat.finish().error or {})
+        chunk = load_json_object(data)
+        if chunk is None or not any(key in chunk for key in CHUNK_KEYS):
+            return []
+        out = self._start(as_str(chunk.get("model")))
+        choices = chunk.get("choices")
+        for raw in choices if isinstance(choices, list) else ():
+            choice = as_dict(raw)
+            index = as_count(choice.get("index"))
+            if choice and (index is None or index == 0):
+                self._apply(self._choice.feed(choice), out)
+        return out
+
+    def finish(self) -> list[SSEEvent]:
+        return []
+
+    def _start(self, model: str | None) -> list[SSEEvent]:
+        """The opening events, once: at the first chunk, or at the end of an empty stream."""
+        if self._started:
+            return []
+        self._started = True
+        return self._begin(model)
+
+    def _begin(self, model: str | None) -> list[SSEEvent]:
+        raise NotImplementedError
+
+    def _apply(self, ops: list[Open | Delta], out: list[SSEEvent]) -> None:
+        raise NotImplementedError
+
+    def _complete(self) -> list[SSEEvent]:
+        raise NotImplementedError
+
+    def _error(self, error: Mapping[str, Any]) -> list[SSEEvent]:
+        raise NotImplementedError

@@ -47,14 +47,11 @@ from typing import Any
 
 import orjson
 
-from rollcap.dialects import chat as chat_dialect
-from rollcap.dialects._base import as_count, as_dict, as_str, load_json_object
+from rollcap.dialects._base import as_count, as_dict, as_str
 from rollcap.sse import SSEEvent
 from rollcap.translate._common import (
-    CHUNK_KEYS,
-    DONE,
+    ChatStreamTranslator,
     ChatUsage,
-    ChoiceDeltas,
     Delta,
     Open,
     chat_usage,
@@ -437,7 +434,7 @@ class _Block:
     started_json: bool = False
 
 
-class ChatToMessagesStream:
+class ChatToMessagesStream(ChatStreamTranslator):
     """Translates a chat SSE stream into the Anthropic Messages SSE stream, event by event.
 
     ``message_start`` goes out at the first chunk (usage 0/0: vLLM reports usage only at the
@@ -455,47 +452,17 @@ class ChatToMessagesStream:
     """
 
     def __init__(self, request: Mapping[str, Any], *, message_id: str) -> None:
+        super().__init__()
         self._request = as_dict(request)
         self._message_id = message_id
         self._base = _base(message_id)
-        self._chat = chat_dialect.StreamReassembler()
-        self._choice = ChoiceDeltas()
         self._blocks: list[_Block] = []
         self._by_kind: dict[tuple[str, int], _Block] = {}
-        self._started = False
-        self._ended = False
 
-    def feed(self, event: SSEEvent) -> list[SSEEvent]:
-        if self._ended:
-            return []
-        self._chat.feed(event)
-        data = event.data if isinstance(event.data, str) else ""
-        if data.strip() == DONE:
-            self._ended = True
-            return self._complete()
-        if chat_dialect.is_terminal_event(event):
-            self._ended = True
-            return [messages_error(self._chat.finish().error or {})]
-        chunk = load_json_object(data)
-        if chunk is None or not any(key in chunk for key in CHUNK_KEYS):
-            return []
-        out = self._start(as_str(chunk.get("model")))
-        choices = chunk.get("choices")
-        for raw in choices if isinstance(choices, list) else ():
-            choice = as_dict(raw)
-            index = as_count(choice.get("index"))
-            if choice and (index is None or index == 0):
-                self._apply(self._choice.feed(choice), out)
-        return out
+    def _error(self, error: Mapping[str, Any]) -> list[SSEEvent]:
+        return [messages_error(error)]
 
-    def finish(self) -> list[SSEEvent]:
-        """The upstream closed. Nothing is added: see the class docstring."""
-        return []
-
-    def _start(self, model: str | None) -> list[SSEEvent]:
-        if self._started:
-            return []
-        self._started = True
+    def _begin(self, model: str | None) -> list[SSEEvent]:
         message: dict[str, Any] = {
             "id": self._message_id,
             "type": "message",

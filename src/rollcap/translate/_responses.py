@@ -45,14 +45,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollcap.dialects import chat as chat_dialect
-from rollcap.dialects._base import as_count, as_dict, as_str, load_json_object
+from rollcap.dialects._base import as_count, as_dict, as_str
 from rollcap.sse import SSEEvent
 from rollcap.translate._common import (
-    CHUNK_KEYS,
-    DONE,
+    ChatStreamTranslator,
     ChatUsage,
-    ChoiceDeltas,
     Delta,
     Open,
     chat_usage,
@@ -532,7 +529,7 @@ class _Item:
     name: str = ""
 
 
-class ChatToResponsesStream:
+class ChatToResponsesStream(ChatStreamTranslator):
     """Translates a chat SSE stream into the Responses SSE stream, event by event.
 
     ``feed(event)`` returns the Responses events the chat event makes, at once: the
@@ -550,54 +547,23 @@ class ChatToResponsesStream:
     """
 
     def __init__(self, request: Mapping[str, Any], *, response_id: str, created_at: float) -> None:
+        super().__init__()
         self._request = as_dict(request)
         self._response_id = response_id
         self._created_at = created_at
         self._ids = _Ids(response_id)
         self._emit = ResponsesEvents()
-        self._chat = chat_dialect.StreamReassembler()
-        self._choice = ChoiceDeltas()
         self._items: list[_Item] = []
         self._message: _Item | None = None
         self._reasoning: _Item | None = None
         self._tools: dict[int, _Item] = {}
-        self._started = False
-        self._ended = False
 
-    def feed(self, event: SSEEvent) -> list[SSEEvent]:
-        if self._ended:
-            return []
-        self._chat.feed(event)
-        data = event.data if isinstance(event.data, str) else ""
-        if data.strip() == DONE:
-            self._ended = True
-            return self._complete()
-        if chat_dialect.is_terminal_event(event):
-            self._ended = True
-            error = self._chat.finish().error or {}
-            return [self._emit("error", **responses_error_fields(error))]
-        chunk = load_json_object(data)
-        if chunk is None or not any(key in chunk for key in CHUNK_KEYS):
-            return []
-        out = self._start(as_str(chunk.get("model")))
-        choices = chunk.get("choices")
-        for raw in choices if isinstance(choices, list) else ():
-            choice = as_dict(raw)
-            index = as_count(choice.get("index"))
-            if choice and (index is None or index == 0):
-                self._apply(self._choice.feed(choice), out)
-        return out
-
-    def finish(self) -> list[SSEEvent]:
-        """The upstream closed. Nothing is added: see the class docstring."""
-        return []
+    def _error(self, error: Mapping[str, Any]) -> list[SSEEvent]:
+        return [self._emit("error", **responses_error_fields(error))]
 
     # -- opening
 
-    def _start(self, model: str | None) -> list[SSEEvent]:
-        if self._started:
-            return []
-        self._started = True
+    def _begin(self, model: str | None) -> list[SSEEvent]:
         snapshot = _envelope(
             self._request,
             self._response_id,
