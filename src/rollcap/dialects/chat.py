@@ -40,7 +40,14 @@ from rollcap.dialects._base import (
 )
 from rollcap.sse import SSEEvent
 
-__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize", "usage"]
+__all__ = [
+    "NAME",
+    "StreamReassembler",
+    "is_terminal_event",
+    "normalize",
+    "tool_call_index",
+    "usage",
+]
 
 NAME = "chat"
 
@@ -150,6 +157,24 @@ def is_terminal_event(event: SSEEvent) -> bool:
     return _error_of(event, load_json_object(event.data)) is not None
 
 
+def tool_call_index(fragment: Mapping[str, Any], ids: Mapping[int, str | None]) -> int:
+    """Which tool call a streamed fragment belongs to, given the calls seen so far (index: id).
+
+    Some servers leave the index out: the fragment then matches a call by id, a new id opens a
+    new call, and an id-less fragment continues the last one.
+    """
+    index = as_count(fragment.get("index"))
+    if index is not None:
+        return index
+    call_id = as_str(fragment.get("id")) or None
+    known = [i for i, known_id in ids.items() if call_id and known_id == call_id]
+    if known:
+        return known[0]
+    if call_id is not None or not ids:
+        return max(ids, default=-1) + 1
+    return max(ids)
+
+
 @dataclass(slots=True)
 class _ToolCallParts:
     id: str | None = None
@@ -238,17 +263,7 @@ class _ChoiceParts:
         if not fragment:
             return
         call_id = as_str(fragment.get("id")) or None
-        index = as_count(fragment.get("index"))
-        if index is None:
-            # Some servers leave the index out: match by id, else a new id opens a new call and
-            # an id-less fragment continues the last one.
-            known = [i for i, parts in self.tool_calls.items() if call_id and parts.id == call_id]
-            if known:
-                index = known[0]
-            elif call_id is not None or not self.tool_calls:
-                index = max(self.tool_calls, default=-1) + 1
-            else:
-                index = max(self.tool_calls)
+        index = tool_call_index(fragment, {i: p.id for i, p in self.tool_calls.items()})
         parts = self.tool_calls.setdefault(index, _ToolCallParts())
         if call_id and parts.id is None:
             parts.id = call_id

@@ -246,15 +246,7 @@ class ChoiceDeltas:
         if not fragment:
             return
         call_id = as_str(fragment.get("id")) or None
-        index = as_count(fragment.get("index"))
-        if index is None:
-            known = [i for i, tool in self.tools.items() if call_id and tool.id == call_id]
-            if known:
-                index = known[0]
-            elif call_id is not None or not self.tools:
-                index = max(self.tools, default=-1) + 1
-            else:
-                index = max(self.tools)
+        index = chat_dialect.tool_call_index(fragment, {i: t.id for i, t in self.tools.items()})
         tool = self.tools.setdefault(index, ToolState(index))
         if call_id and tool.id is None:
             tool.id = call_id
