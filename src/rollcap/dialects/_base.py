@@ -34,8 +34,10 @@ __all__ = [
     "as_dict",
     "as_str",
     "load_json_object",
+    "openai_usage",
     "parse_arguments",
     "sum_counts",
+    "total_tokens",
 ]
 
 
@@ -109,6 +111,32 @@ def as_count(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
+
+
+def total_tokens(reported: object, tokens_in: int | None, tokens_out: int | None) -> int | None:
+    """The provider's total when it reports one, else in + out when both are known."""
+    total = as_count(reported)
+    if total is None and tokens_in is not None and tokens_out is not None:
+        total = tokens_in + tokens_out
+    return total
+
+
+def openai_usage(usage: Mapping[str, Any], inputs: str, outputs: str) -> Usage:
+    """An OpenAI usage object. Chat names its counts prompt/completion, Responses input/output;
+    the rules are the same. Cached tokens are already inside the input count: reported on their
+    own, never added in."""
+    tokens_in = as_count(usage.get(f"{inputs}_tokens"))
+    tokens_out = as_count(usage.get(f"{outputs}_tokens"))
+    return Usage(
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        tokens_reasoning=as_count(
+            as_dict(usage.get(f"{outputs}_tokens_details")).get("reasoning_tokens")
+        ),
+        tokens_total=total_tokens(usage.get("total_tokens"), tokens_in, tokens_out),
+        cached_tokens=as_count(as_dict(usage.get(f"{inputs}_tokens_details")).get("cached_tokens")),
+        cache_creation_tokens=None,
+    )
 
 
 def sum_counts(*values: int | None) -> int | None:

@@ -36,6 +36,7 @@ from rollcap.dialects._base import (
     as_dict,
     as_str,
     load_json_object,
+    openai_usage,
     parse_arguments,
 )
 from rollcap.sse import SSEEvent
@@ -80,22 +81,7 @@ def normalize(response: Mapping[str, Any]) -> Normalized:
 
 
 def _usage(usage: Mapping[str, Any]) -> Usage:
-    tokens_in = as_count(usage.get("prompt_tokens"))
-    tokens_out = as_count(usage.get("completion_tokens"))
-    total = as_count(usage.get("total_tokens"))
-    if total is None and tokens_in is not None and tokens_out is not None:
-        total = tokens_in + tokens_out
-    return Usage(
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
-        tokens_reasoning=as_count(
-            as_dict(usage.get("completion_tokens_details")).get("reasoning_tokens")
-        ),
-        tokens_total=total,
-        # Already inside prompt_tokens for OpenAI: reported, never added in.
-        cached_tokens=as_count(as_dict(usage.get("prompt_tokens_details")).get("cached_tokens")),
-        cache_creation_tokens=None,
-    )
+    return openai_usage(usage, "prompt", "completion")
 
 
 def _tool_calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:

@@ -34,6 +34,7 @@ from rollcap.dialects._base import (
     as_str,
     load_json_object,
     parse_arguments,
+    total_tokens,
 )
 from rollcap.sse import SSEEvent
 
@@ -80,9 +81,7 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
     tokens_in = None
     if input_tokens is not None:
         tokens_in = input_tokens + (cache_read or 0) + (cache_creation or 0)
-    tokens_total = as_count(usage.get("total_tokens"))
-    if tokens_total is None and tokens_in is not None and output_tokens is not None:
-        tokens_total = tokens_in + output_tokens
+    tokens_total = total_tokens(usage.get("total_tokens"), tokens_in, output_tokens)
     return Usage(
         tokens_in=tokens_in,
         tokens_out=output_tokens,

@@ -26,6 +26,7 @@ from rollcap.dialects._base import (
     as_dict,
     as_str,
     load_json_object,
+    openai_usage,
     parse_arguments,
 )
 from rollcap.sse import SSEEvent
@@ -75,23 +76,7 @@ def normalize(response: Mapping[str, Any]) -> Normalized:
 
 
 def _usage(value: object) -> Usage:
-    usage = as_dict(value)
-    tokens_in = as_count(usage.get("input_tokens"))
-    tokens_out = as_count(usage.get("output_tokens"))
-    total = as_count(usage.get("total_tokens"))
-    if total is None and tokens_in is not None and tokens_out is not None:
-        total = tokens_in + tokens_out
-    return Usage(
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
-        tokens_reasoning=as_count(
-            as_dict(usage.get("output_tokens_details")).get("reasoning_tokens")
-        ),
-        tokens_total=total,
-        # Already part of input_tokens: reported on its own, never added in.
-        cached_tokens=as_count(as_dict(usage.get("input_tokens_details")).get("cached_tokens")),
-        cache_creation_tokens=None,
-    )
+    return openai_usage(as_dict(value), "input", "output")
 
 
 def _tool_call(item: Mapping[str, Any]) -> ToolCall | None:
