@@ -231,13 +231,17 @@ class CaptureMiddleware:
             await self._write(store, rollout_id, recorder)
 
     async def _write(self, store: CaptureStore, rollout_id: str, recorder: CallRecorder) -> None:
-        """Build the record and make it durable, in a thread; a failure is logged, never raised.
+        """Build the record, make it durable in a thread; a failure is logged, never raised.
 
         Shielded: a client that goes away must not cancel the write of its own call's record.
         """
         with anyio.CancelScope(shield=True):
             try:
-                await anyio.to_thread.run_sync(_record_and_append, store, rollout_id, recorder)
+                # Built here, not in the thread: the GIL serialises the work either way, and a
+                # worker thread holding it makes the event loop wait for it back
+                # (bench/proxy.py: streams +10-15% calls/s this way).
+                record = recorder.record()
+                await anyio.to_thread.run_sync(store.append, rollout_id, record)
             except Exception as exc:
                 self.state.capture_failures += 1
                 log.error(
@@ -257,7 +261,3 @@ class CaptureMiddleware:
                     )
             else:
                 self.state.captured += 1
-
-
-def _record_and_append(store: CaptureStore, rollout_id: str, recorder: CallRecorder) -> None:
-    store.append(rollout_id, recorder.record())
