@@ -295,6 +295,9 @@ async def test_client_gone_mid_stream_is_recorded_as_cancelled(stack: Stack) -> 
     (record,) = stack.store.read("gone")
     assert record["error_category"] == "cancelled"
     assert record["status_code"] == 200
+    # The upstream stream is let go too, not read to its end for nobody.
+    await _settle(stack)
+    assert stack.upstream.in_flight == 0
 
 
 async def test_capture_off_strips_prefix_and_writes_nothing(
