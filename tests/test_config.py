@@ -94,3 +94,10 @@ def test_redact_hides_credentials_anywhere() -> None:
         "servers": [{"api_key": "<redacted>", "name": "a"}],
         "token": None,
     }
+
+
+def test_pass_client_credentials_is_a_bool() -> None:
+    assert RunSettings.from_config({}).pass_client_credentials is False
+    assert RunSettings.from_config({"pass_client_credentials": True}).pass_client_credentials
+    with pytest.raises(ConfigError, match="pass_client_credentials must be true or false"):
+        RunSettings.from_config({"pass_client_credentials": "yes"})

@@ -103,6 +103,7 @@ def _serve_model(args: argparse.Namespace) -> int:
             base_url=settings.policy_base_url,
             api_key=settings.policy_api_key,
             capture_dir=settings.capture_dir,
+            pass_client_credentials=settings.pass_client_credentials,
         )
     )
     sock = bind(args.host, args.port)

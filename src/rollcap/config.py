@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "policy_base_url": None,
     "policy_api_key": None,
     "policy_model_name": None,
+    # Forward the client's own authorization / x-api-key instead of policy_api_key.
+    "pass_client_credentials": False,
     "token_id_capture": {"external_staging": False},
 }
 # Keys whose values are secrets wherever they appear in the tree.
@@ -157,6 +159,7 @@ class RunSettings:
     policy_base_url: str | None
     policy_api_key: str | None
     policy_model_name: str | None
+    pass_client_credentials: bool = False
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -184,7 +187,11 @@ class RunSettings:
                 raise ConfigError(f"{key} must be a string, got {type(value).__name__}")
             return value
 
+        passthrough = config.get("pass_client_credentials", False)
+        if not isinstance(passthrough, bool):
+            raise ConfigError(f"pass_client_credentials must be true or false, got {passthrough!r}")
         return cls(
+            pass_client_credentials=passthrough,
             observability_enabled=enabled,
             model_call_capture_dir=capture_dir,
             policy_base_url=_opt_str("policy_base_url"),
