@@ -109,9 +109,12 @@ def _serve_model(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     capture = settings.capture_dir or "off"
+    upstream = (
+        "the embedded model" if args.model_type == "local_model" else settings.policy_base_url
+    )
     print(
         f"rollcap model server policy_model ({args.model_type}) on http://{host}:{port}"
-        f" -> {settings.policy_base_url}; capture: {capture}",
+        f" -> {upstream}; capture: {capture}",
         flush=True,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

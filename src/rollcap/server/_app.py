@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from rollcap.server._middleware import (
 )
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation, error_for_client
-from rollcap.server._upstream import RESPONSE_DROP, Backend, backend_for
+from rollcap.server._upstream import LOCAL_MODEL, RESPONSE_DROP, Backend, backend_for
 from rollcap.sse import SSEDecoder, encode_event
 from rollcap.store import CaptureStore
 
@@ -345,13 +346,19 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await forwarder.start()
-        try:
-            yield
-        finally:
-            await forwarder.stop()
-            if store is not None:
-                store.close()  # the store keeps rollout files open between appends
+        async with contextlib.AsyncExitStack() as local:
+            if settings.model_type == LOCAL_MODEL:
+                from rollcap.local import embedded_chat_server
+
+                url = await local.enter_async_context(embedded_chat_server())
+                forwarder.backend = dataclasses.replace(forwarder.backend, base_url=url)
+            await forwarder.start()
+            try:
+                yield
+            finally:
+                await forwarder.stop()
+                if store is not None:
+                    store.close()  # the store keeps rollout files open between appends
 
     routes = [Route(path, forwarder.forward, methods=["POST"]) for path in DIALECT_ROUTES]
     routes += [

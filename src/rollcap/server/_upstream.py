@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["MODEL_TYPES", "Backend", "backend_for"]
+__all__ = ["LOCAL_MODEL", "MODEL_TYPES", "Backend", "backend_for"]
 
 # Never forwarded from client to upstream: hop-by-hop headers, ones aiohttp sets itself, and
 # credentials (the upstream's come from configuration unless pass-through is asked for).
@@ -75,7 +75,10 @@ class Backend:
         return out
 
 
-MODEL_TYPES = ("openai_model", "vllm_model", "anthropic_model", "azure_openai_model")
+MODEL_TYPES = ("openai_model", "vllm_model", "anthropic_model", "azure_openai_model", "local_model")
+# The embedded model: its chat server listens at an address known only once the model server's
+# lifespan has started it (see ``_app``), so the backend's base URL is filled in then.
+LOCAL_MODEL = "local_model"
 
 
 def backend_for(
@@ -92,6 +95,11 @@ def backend_for(
             f"unknown or not yet supported model type {model_type!r}: "
             f"expected one of {', '.join(MODEL_TYPES)}"
         )
+    if model_type == LOCAL_MODEL:
+        from rollcap.local import require_local_model
+
+        require_local_model()  # fail now, naming the install, rather than at the first call
+        return Backend(model_type, "", None, "authorization", translate_to_chat=True)
     if not base_url:
         raise ValueError(f"model type {model_type} needs policy_base_url (the upstream's URL)")
     if not base_url.startswith(("http://", "https://")):
