@@ -1,0 +1,461 @@
+"""Agent servers: run one task against the policy model and have the answer graded.
+
+``create_agent_app(agent)`` serves a ``ResponsesAgent``:
+
+- ``POST /run``: one task line plus ``_ng_task_index``, ``_ng_rollout_index``,
+  ``_ng_attempt_index`` (and optionally ``_ng_rollout_id``). Answers what ``agent.run`` returns;
+  for ``SimpleResponsesAgent``: ``{"response": <Responses object>, "reward": float, ...the other
+  fields verify returned}``.
+- ``POST /v1/responses``, ``POST /ng-rollout/<rollout_id>/v1/responses``: the agent as a
+  Responses endpoint (a self-call). The prefix is stripped before routing, the id kept in the
+  scope under ``SCOPE_ROLLOUT_ID_KEY``, and the model call goes out under the same prefix, so a
+  harness that calls its agent through the prefix gets its model calls captured. Nothing else is
+  routed under the prefix (404).
+- ``GET /health``.
+
+Errors are JSON ``{"error": {"message", "type", ...}}``: a malformed body is 400; a model or
+resources server that cannot be reached or answers an error is 502 (504 when it is too slow),
+with ``server`` (``"model"`` or ``"resources"``) and, when it answered, its ``status``.
+
+Every outgoing call of one app goes through one ``aiohttp.ClientSession``, opened in the app's
+lifespan and closed at shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from rollcap.gym._http import (
+    InvalidRequest,
+    error_response,
+    json_response,
+    json_type_name,
+    read_json_object,
+)
+from rollcap.gym._resources import VerifyResultError, check_verify_result
+from rollcap.routing import (
+    ROLLOUT_PREFIX,
+    SCOPE_ROLLOUT_ID_KEY,
+    split_prefix,
+    url_path_for_request,
+    url_path_for_run,
+)
+
+__all__ = [
+    "AgentSettings",
+    "DownstreamError",
+    "ResponsesAgent",
+    "SimpleResponsesAgent",
+    "create_agent_app",
+]
+
+log = logging.getLogger("rollcap.gym")
+
+RESPONSES_PATH = "/v1/responses"
+# Model-server response headers worth handing on to a self-call's client.
+_RELAYED_HEADERS = ("content-type", "x-rollcap-model-call-id", "x-request-id")
+_ERROR_DETAIL_CHARS = 500
+
+
+def _normalized_base_url(field: str, url: str) -> str:
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(f"{field} {url!r} must start with http:// or https://")
+    return url.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """One agent server's configuration.
+
+    ``model_base_url`` is the policy model server's root (``http://host:port``; a trailing
+    ``/v1`` is accepted and dropped, since the agent adds ``/v1/responses`` after the rollout
+    prefix). ``model_name`` fills in a request's ``model`` when it has none. Timeouts are in
+    seconds: ``model_read_timeout_s`` is the longest silence allowed between two bytes of a model
+    answer (a long generation is fine while it streams), ``verify_timeout_s`` the whole verify
+    call.
+    """
+
+    model_base_url: str
+    resources_base_url: str
+    model_name: str | None = None
+    name: str = "agent"
+    connect_timeout_s: float = 30.0
+    model_read_timeout_s: float = 600.0
+    verify_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        model = _normalized_base_url("model_base_url", self.model_base_url)
+        if model.endswith("/v1"):
+            model = model[: -len("/v1")]
+        object.__setattr__(self, "model_base_url", model)
+        resources = _normalized_base_url("resources_base_url", self.resources_base_url)
+        object.__setattr__(self, "resources_base_url", resources)
+        for field in ("connect_timeout_s", "model_read_timeout_s", "verify_timeout_s"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{field} must be a number > 0, got {value!r}")
+
+
+class DownstreamError(Exception):
+    """A model or resources server failed a call; the agent answers ``status`` (502 or 504)."""
+
+    def __init__(
+        self, message: str, *, server: str, status: int = 502, server_status: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.server = server
+        self.status = status
+        self.server_status = server_status
+
+    def response(self) -> Response:
+        extra: dict[str, Any] = {"server": self.server}
+        if self.server_status is not None:
+            extra["status"] = self.server_status
+        kind = "timeout" if self.status == 504 else "upstream_error"
+        return error_response(self.status, str(self), kind, **extra)
+
+
+def _error_detail(raw: bytes) -> str:
+    """The message of an error body, for the agent's own error: its ``error.message`` if any."""
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str) and message:
+            return message[:_ERROR_DETAIL_CHARS]
+    text = raw.decode("utf-8", "replace").strip()
+    return text[:_ERROR_DETAIL_CHARS] or "(empty body)"
+
+
+class ResponsesAgent:
+    """Base class of agents: subclasses implement ``run``; ``responses`` forwards by default.
+
+    Helpers for subclasses: ``call_model`` (a Responses call under a given path, the answer as a
+    dict) and ``verify`` (the resources server's grading, reward checked). Both raise
+    ``DownstreamError``, which the app turns into a 502/504 answer.
+    """
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError(f"agent {self.name} is not started (the app's lifespan opens it)")
+        return self._session
+
+    async def start(self) -> None:
+        if self._session is not None:
+            raise RuntimeError(f"agent {self.name} is already started")
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout_s),
+        )
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- what subclasses override
+
+    async def run(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Run one task line; raise ``InvalidRequest`` for a body it cannot run."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement run")
+
+    async def responses(self, params: dict[str, Any], request: Request) -> Response:
+        """Answer a self-call: forward it to the policy model under the inbound call's prefix.
+
+        The model server's status and body come back unchanged, streamed when it streams.
+        """
+        url = self.settings.model_base_url + url_path_for_request(RESPONSES_PATH, request)
+        headers = {"content-type": "application/json"}
+        session_id = request.headers.get("x-session-id")
+        if session_id is not None:
+            headers["x-session-id"] = session_id
+        upstream = await self._open_model(url, self.with_model(params), headers)
+        relayed = {k: upstream.headers[k] for k in _RELAYED_HEADERS if k in upstream.headers}
+        content_type = upstream.headers.get("content-type", "")
+        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
+            return StreamingResponse(_relay(upstream), status_code=upstream.status, headers=relayed)
+        try:
+            raw = await upstream.read()
+        except TimeoutError:
+            raise self._model_timeout(url) from None
+        except aiohttp.ClientError as exc:
+            raise DownstreamError(
+                f"model server broke off its answer from {url}: {exc}", server="model"
+            ) from None
+        finally:
+            upstream.release()
+        return Response(raw, status_code=upstream.status, headers=relayed)
+
+    # -- helpers
+
+    def with_model(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with the configured model name when it names none."""
+        if params.get("model") is None and self.settings.model_name is not None:
+            return {**params, "model": self.settings.model_name}
+        return params
+
+    def _model_timeout(self, url: str) -> DownstreamError:
+        return DownstreamError(
+            f"model server at {url} sent nothing for {self.settings.model_read_timeout_s:g} s",
+            server="model",
+            status=504,
+        )
+
+    async def _open_model(
+        self, url: str, params: dict[str, Any], headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
+        try:
+            return await self.session.post(
+                url,
+                data=orjson.dumps(params),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    sock_connect=self.settings.connect_timeout_s,
+                    sock_read=self.settings.model_read_timeout_s,
+                ),
+            )
+        except TimeoutError:
+            raise self._model_timeout(url) from None
+        except aiohttp.ClientError as exc:
+            raise DownstreamError(
+                f"model server unreachable at {url}: {exc}", server="model"
+            ) from None
+
+    async def call_model(self, url_path: str, params: dict[str, Any]) -> dict[str, Any]:
+        """POST a Responses request to the model server at ``url_path``; the answer object."""
+        url = self.settings.model_base_url + url_path
+        headers = {"content-type": "application/json"}
+        upstream = await self._open_model(url, params, headers)
+        try:
+            raw = await upstream.read()
+        except TimeoutError:
+            raise self._model_timeout(url) from None
+        except aiohttp.ClientError as exc:
+            raise DownstreamError(
+                f"model server broke off its answer from {url}: {exc}", server="model"
+            ) from None
+        finally:
+            upstream.release()
+        return _json_answer("model", url, upstream.status, raw)
+
+    async def verify(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST ``payload`` to the resources server's ``/verify``; its result, reward a float."""
+        url = self.settings.resources_base_url + "/verify"
+        try:
+            async with self.session.post(
+                url,
+                data=orjson.dumps(payload),
+                headers={"content-type": "application/json"},
+                timeout=aiohttp.ClientTimeout(
+                    total=self.settings.verify_timeout_s,
+                    sock_connect=self.settings.connect_timeout_s,
+                ),
+            ) as answer:
+                status, raw = answer.status, await answer.read()
+        except TimeoutError:
+            raise DownstreamError(
+                f"resources server at {url} did not answer in {self.settings.verify_timeout_s:g} s",
+                server="resources",
+                status=504,
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise DownstreamError(
+                f"resources server unreachable at {url}: {exc}", server="resources"
+            ) from None
+        result = _json_answer("resources", url, status, raw)
+        try:
+            return check_verify_result(result)
+        except VerifyResultError as exc:
+            raise DownstreamError(
+                f"resources server at {url}: {exc}", server="resources", server_status=status
+            ) from None
+
+
+def _json_answer(server: str, url: str, status: int, raw: bytes) -> dict[str, Any]:
+    if not 200 <= status < 300:
+        raise DownstreamError(
+            f"{server} server answered {status} from {url}: {_error_detail(raw)}",
+            server=server,
+            server_status=status,
+        )
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise DownstreamError(
+            f"{server} server answered {status} from {url} with a body that is not a JSON object",
+            server=server,
+            server_status=status,
+        )
+    return answer
+
+
+async def _relay(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    finally:
+        upstream.release()
+
+
+class SimpleResponsesAgent(ResponsesAgent):
+    """One model call, then verify: the agent behind ``mcqa_simple_agent``.
+
+    ``run`` sends the task's ``responses_create_params`` (``model`` filled in when absent) to
+    ``model_base_url + url_path_for_run("/v1/responses", body)``, so the call is captured under
+    the rollout's prefix, then posts ``{**body, "response": response}`` to the resources server's
+    ``/verify`` and answers ``{"response": response, "reward": reward, **other verify fields}``.
+    A streamed request (``stream: true``) is refused: the simple agent grades a whole answer.
+    """
+
+    async def run(self, body: dict[str, Any]) -> dict[str, Any]:
+        params = body.get("responses_create_params")
+        if not isinstance(params, dict):
+            got = json_type_name(params) if "responses_create_params" in body else "none"
+            raise InvalidRequest(f"responses_create_params must be a JSON object, got {got}")
+        if params.get("stream"):
+            raise InvalidRequest(
+                f"{self.name} grades whole answers: responses_create_params.stream must be "
+                "false or absent"
+            )
+        try:
+            url_path = url_path_for_run(RESPONSES_PATH, body)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        response = await self.call_model(url_path, self.with_model(params))
+        verified = await self.verify({**body, "response": response})
+        result: dict[str, Any] = {"response": response, "reward": verified["reward"]}
+        for key, value in verified.items():
+            result.setdefault(key, value)
+        return result
+
+
+async def _send_json(send: Any, status: int, message: str, kind: str) -> None:
+    body = orjson.dumps({"error": {"message": message, "type": kind}})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _SelfCallPrefix:
+    """Strip ``/ng-rollout/<id>`` from a self-call into a child scope that keeps the id.
+
+    Pure ASGI: it only rewrites the scope, so responses (streams included) pass untouched.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # Read from the path as sent: decoded, "a%2Fb" would pass as the id "a" plus "/b".
+        raw_path = scope.get("raw_path")
+        sent = raw_path.decode("latin-1") if raw_path else scope["path"]
+        try:
+            rollout_id, _ = split_prefix(sent)
+        except ValueError as exc:
+            await _send_json(send, 400, str(exc), "invalid_request_error")
+            return
+        if rollout_id is None:
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"][len(ROLLOUT_PREFIX) + len(rollout_id) :] or "/"
+        if path != RESPONSES_PATH:
+            message = f"only {RESPONSES_PATH} is served under the rollout prefix"
+            await _send_json(send, 404, message, "not_found_error")
+            return
+        child = {**scope, "path": path, "raw_path": path.encode(), SCOPE_ROLLOUT_ID_KEY: rollout_id}
+        await self.app(child, receive, send)
+
+
+def create_agent_app(agent: ResponsesAgent) -> Starlette:
+    """The ASGI app of one agent server; its lifespan opens and closes the agent's session."""
+
+    async def run(request: Request) -> Response:
+        try:
+            body = await read_json_object(request)
+            return json_response(await agent.run(body))
+        except InvalidRequest as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+        except DownstreamError as exc:
+            log.warning("agent %s: run failed: %s", agent.name, exc)
+            return exc.response()
+        except Exception as exc:
+            log.exception("agent %s: run failed", agent.name)
+            return error_response(
+                500, f"agent {agent.name} failed: {type(exc).__name__}: {exc}", "server_error"
+            )
+
+    async def responses(request: Request) -> Response:
+        try:
+            params = await read_json_object(request)
+            return await agent.responses(params, request)
+        except InvalidRequest as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+        except DownstreamError as exc:
+            log.warning("agent %s: self-call failed: %s", agent.name, exc)
+            return exc.response()
+        except Exception as exc:
+            log.exception("agent %s: self-call failed", agent.name)
+            return error_response(
+                500, f"agent {agent.name} failed: {type(exc).__name__}: {exc}", "server_error"
+            )
+
+    async def health(request: Request) -> Response:
+        return json_response({"status": "ok", "name": agent.name})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await agent.start()
+        try:
+            yield
+        finally:
+            await agent.stop()
+
+    app = Starlette(
+        routes=[
+            Route("/run", run, methods=["POST"]),
+            Route(RESPONSES_PATH, responses, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+        middleware=[Middleware(_SelfCallPrefix)],
+    )
+    app.state.agent = agent
+    return app

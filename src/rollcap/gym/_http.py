@@ -1,0 +1,57 @@
+"""JSON in and out for the gym servers: one error shape, one way to read a body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+__all__ = ["InvalidRequest", "error_response", "json_response", "read_json_object"]
+
+
+class InvalidRequest(ValueError):
+    """The caller sent something unusable: answered 400 with this exception's message.
+
+    Resources servers and agents raise it from their own methods too, so a task line missing a
+    field is the caller's error (400), not the server's (500).
+    """
+
+
+def json_response(payload: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+
+
+def error_response(status: int, message: str, kind: str, /, **extra: Any) -> Response:
+    """``{"error": {"message", "type", ...extra}}``: the OpenAI error shape SDKs already parse."""
+    return json_response({"error": {"message": message, "type": kind, **extra}}, status)
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object; ``InvalidRequest`` for anything else."""
+    raw = await request.body()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest(f"the request body must be a JSON object, got {json_type_name(body)}")
+    return body
+
+
+def json_type_name(value: object) -> str:
+    """The JSON name of a parsed value's type, for error messages a client can act on."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
