@@ -1,0 +1,225 @@
+"""Which rollouts a collection runs, and which of them an earlier run already finished (pure).
+
+The input is read as an iterator of lines and never held whole: a task is one JSON object per
+line, blank lines are skipped and do not count, and the task index is the position among the
+kept lines. Each task becomes ``num_repeats`` rollouts.
+
+Resume bookkeeping counts attempts. A (task, rollout) pair is finished once the output holds a
+line for it. Every other pair runs again with attempt index = attempts so far, where an attempt
+counts once it was dispatched: a line in the failures file, or a capture file (or incomplete
+marker) under the pair's attempt id. The collector creates that capture file, empty, right
+before dispatch, so even a rollout that was in flight without any model call when a run was
+killed counts; otherwise the killed run's agent, possibly still running, could append to the
+file of the rollout's next attempt. Without capture there are no such files and nothing that
+could mix: a rollout that was in flight then runs again under its old attempt index.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rollcap.ids import (
+    ATTEMPT_INDEX_KEY,
+    ROLLOUT_INDEX_KEY,
+    TASK_INDEX_KEY,
+    build_rollout_id,
+)
+
+__all__ = [
+    "InputError",
+    "ResumeState",
+    "Rollout",
+    "aggregate_metrics_path",
+    "count_tasks",
+    "failures_path",
+    "iter_tasks",
+    "plan_rollouts",
+    "planned_count",
+]
+
+_CAPTURE_NAME = re.compile(r"(\d+)-(\d+)(?:-a(\d+))?\.capture\.(?:jsonl|incomplete)\Z", re.ASCII)
+
+
+class InputError(ValueError):
+    """An input line that is not a JSON object; ``line_number`` counts from 1, blank lines too."""
+
+    def __init__(self, line_number: int, reason: str) -> None:
+        super().__init__(f"input line {line_number}: {reason}")
+        self.line_number = line_number
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """One rollout to dispatch. ``task`` is shared by the task's repeats and never mutated."""
+
+    task_index: int
+    rollout_index: int
+    attempt_index: int
+    task: Mapping[str, Any]
+
+    @property
+    def rollout_id(self) -> str:
+        return build_rollout_id(self.task_index, self.rollout_index, self.attempt_index)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.task_index, self.rollout_index)
+
+    def run_body(self) -> dict[str, Any]:
+        """The agent's ``/run`` body: the task's fields plus the three indices."""
+        body = dict(self.task)
+        body[TASK_INDEX_KEY] = self.task_index
+        body[ROLLOUT_INDEX_KEY] = self.rollout_index
+        body[ATTEMPT_INDEX_KEY] = self.attempt_index
+        return body
+
+
+def _parse_task(line: bytes | str, line_number: int) -> dict[str, Any]:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(line_number, f"not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise InputError(line_number, f"not a JSON object (a {type(value).__name__})")
+    return value
+
+
+def _is_blank(line: bytes | str) -> bool:
+    return not line.strip()
+
+
+def iter_tasks(lines: Iterable[bytes | str], limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """The tasks of the first ``limit`` non-blank lines (all when ``None``), parsed one by one."""
+    if limit is not None and limit <= 0:
+        return
+    kept = 0
+    for number, line in enumerate(lines, start=1):
+        if _is_blank(line):
+            continue
+        yield _parse_task(line, number)
+        kept += 1
+        if limit is not None and kept >= limit:
+            return
+
+
+def count_tasks(lines: Iterable[bytes | str], limit: int | None = None) -> int:
+    """How many tasks ``iter_tasks`` yields; validates every line, so bad input fails early."""
+    return sum(1 for _ in iter_tasks(lines, limit))
+
+
+@dataclass(slots=True)
+class ResumeState:
+    """What earlier runs left: finished pairs and, per unfinished pair, attempts so far."""
+
+    finished: set[tuple[int, int]] = field(default_factory=set)
+    attempts: dict[tuple[int, int], int] = field(default_factory=dict)
+    bad_output_lines: int = 0
+
+    @classmethod
+    def from_files(
+        cls,
+        output_lines: Iterable[bytes],
+        failure_lines: Iterable[bytes] = (),
+        capture_names: Iterable[str] = (),
+    ) -> ResumeState:
+        """Read the output file, the failures file and the capture directory's file names.
+
+        A line that does not parse (the torn last line of a killed run) finishes nothing.
+        """
+        state = cls()
+        for line in output_lines:
+            if _is_blank(line):
+                continue
+            ids = _line_ids(line)
+            if ids is None:
+                state.bad_output_lines += 1
+            else:
+                state.finished.add(ids[:2])
+        for line in failure_lines:
+            ids = None if _is_blank(line) else _line_ids(line)
+            if ids is not None:
+                state._saw_attempt(ids[:2], ids[2])
+        for name in capture_names:
+            match = _CAPTURE_NAME.match(name)
+            if match is not None:
+                task, rollout, attempt = match.groups()
+                state._saw_attempt((int(task), int(rollout)), int(attempt or 0))
+        for key in state.finished:
+            state.attempts.pop(key, None)
+        return state
+
+    def _saw_attempt(self, key: tuple[int, int], attempt: int) -> None:
+        if attempt + 1 > self.attempts.get(key, 0):
+            self.attempts[key] = attempt + 1
+
+    def next_attempt(self, key: tuple[int, int]) -> int:
+        return self.attempts.get(key, 0)
+
+
+def _index(obj: Mapping[str, Any], key: str) -> int | None:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _line_ids(line: bytes) -> tuple[int, int, int] | None:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    task = _index(obj, TASK_INDEX_KEY)
+    rollout = _index(obj, ROLLOUT_INDEX_KEY)
+    attempt = _index(obj, ATTEMPT_INDEX_KEY)
+    if task is None or rollout is None:
+        return None
+    return (task, rollout, attempt or 0)
+
+
+def plan_rollouts(
+    tasks: Iterable[Mapping[str, Any]],
+    num_repeats: int = 1,
+    resume: ResumeState | None = None,
+) -> Iterator[Rollout]:
+    """Each task's ``num_repeats`` rollouts in input order, minus the finished ones."""
+    if num_repeats < 1:
+        raise ValueError(f"num_repeats must be at least 1, not {num_repeats}")
+    for task_index, task in enumerate(tasks):
+        for rollout_index in range(num_repeats):
+            key = (task_index, rollout_index)
+            if resume is not None and key in resume.finished:
+                continue
+            attempt = 0 if resume is None else resume.next_attempt(key)
+            yield Rollout(task_index, rollout_index, attempt, task)
+
+
+def planned_count(
+    num_tasks: int, num_repeats: int, resume: ResumeState | None = None
+) -> tuple[int, int]:
+    """``(to_run, already_finished)`` among the ``num_tasks * num_repeats`` planned rollouts."""
+    total = num_tasks * num_repeats
+    if resume is None:
+        return total, 0
+    done = sum(1 for t, r in resume.finished if t < num_tasks and r < num_repeats)
+    return total - done, done
+
+
+def failures_path(output_path: str | os.PathLike[str]) -> Path:
+    """``<output stem>_failures.jsonl`` beside the output file."""
+    output = Path(output_path)
+    return output.with_name(f"{output.stem}_failures.jsonl")
+
+
+def aggregate_metrics_path(output_path: str | os.PathLike[str]) -> Path:
+    """``<output stem>_aggregate_metrics.json`` beside the output file."""
+    output = Path(output_path)
+    return output.with_name(f"{output.stem}_aggregate_metrics.json")

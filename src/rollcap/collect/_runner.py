@@ -1,0 +1,478 @@
+"""``collect``: run every planned rollout against an agent server and write the results.
+
+The shape of one run::
+
+    input lines --plan (lazy)--> workers (a fixed pool, one aiohttp session)
+        worker: clear + mark the rollout-attempt's capture -> POST /run -> read capture,
+                project, encode (in a thread) -> bounded queue
+    queue --> one writer task: append + flush, in a thread
+    end:  read the output back, sort it by (task, rollout), aggregate, write the metrics file
+
+Memory stays flat in the number of tasks: the plan is a generator over the input file, the
+workers hold one rollout each, the queue is bounded, and the final pass keeps four integers per
+line plus one latency, never a line's payloads.
+
+A run that is killed leaves whole lines (each is one write) or at worst a torn last line, which
+a resumed run cuts off before appending. See ``_plan`` for how attempts are counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import aiohttp
+import orjson
+
+from rollcap.ids import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore, capture_attachment
+
+from ._aggregate import CollectionSummary, MetricsAccumulator
+from ._lines import AgentAnswerError, attach_capture, check_agent_answer, failure_line, rollout_line
+from ._plan import (
+    ResumeState,
+    Rollout,
+    aggregate_metrics_path,
+    count_tasks,
+    failures_path,
+    iter_tasks,
+    plan_rollouts,
+    planned_count,
+)
+
+__all__ = ["ProgressCallback", "collect"]
+
+log = logging.getLogger("rollcap.collect")
+
+ProgressCallback = Callable[[int, int, int], None]
+"""Called with ``(done, failed, total)`` for this run: at the start and after each rollout.
+
+``done`` counts finished rollouts, failed ones included; ``total`` excludes those an earlier
+run finished.
+"""
+
+_ERROR_BODY_LIMIT = 2000  # characters of a non-JSON error body kept in the failures file
+_OK, _FAILED = 0, 1
+_STOP = object()
+
+
+class _RolloutFailed(Exception):
+    def __init__(self, kind: str, message: str, **detail: Any) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.detail = detail
+
+
+async def collect(
+    agent_url: str,
+    input_path: str | os.PathLike[str],
+    output_path: str | os.PathLike[str],
+    *,
+    capture_dir: str | os.PathLike[str] | None = None,
+    limit: int | None = None,
+    num_repeats: int = 1,
+    concurrency: int = 16,
+    resume: bool = False,
+    progress: ProgressCallback | None = None,
+    request_timeout: float | None = None,
+) -> CollectionSummary:
+    """Collect the rollouts of ``input_path`` from the agent at ``agent_url`` (its base URL).
+
+    With ``capture_dir`` (the model servers' ``model_call_capture_dir``) each line gets
+    ``ng_model_call_capture`` and ``ng_trajectory``. Without ``resume`` the output and failures
+    files are started afresh; with it, rollouts the output already holds are skipped and the
+    others run again under a new attempt id. ``request_timeout`` bounds one ``/run`` call in
+    seconds (``None``: no bound). Bad input raises ``InputError`` before anything is dispatched.
+    """
+    if num_repeats < 1:
+        raise ValueError(f"num_repeats must be at least 1, not {num_repeats}")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be at least 0, not {limit}")
+    run = _Run(
+        agent_url=agent_url,
+        input_path=Path(input_path),
+        output_path=Path(output_path),
+        store=None if capture_dir is None else CaptureStore(capture_dir),
+        limit=limit,
+        num_repeats=num_repeats,
+        concurrency=concurrency,
+        resume=resume,
+        progress=progress,
+        request_timeout=request_timeout,
+    )
+    try:
+        return await run.execute()
+    except BaseExceptionGroup as group:
+        raise _first_error(group) from None
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error that ended the run, rather than the cancellations it caused."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    for leaf in leaves:
+        if not isinstance(leaf, asyncio.CancelledError):
+            return leaf
+    return leaves[0]
+
+
+class _Run:
+    def __init__(
+        self,
+        *,
+        agent_url: str,
+        input_path: Path,
+        output_path: Path,
+        store: CaptureStore | None,
+        limit: int | None,
+        num_repeats: int,
+        concurrency: int,
+        resume: bool,
+        progress: ProgressCallback | None,
+        request_timeout: float | None,
+    ) -> None:
+        self.run_url = agent_url.rstrip("/") + "/run"
+        self.input_path = input_path
+        self.output_path = output_path
+        self.failures_path = failures_path(output_path)
+        self.metrics_path = aggregate_metrics_path(output_path)
+        self.store = store
+        self.limit = limit
+        self.num_repeats = num_repeats
+        self.concurrency = concurrency
+        self.resume = resume
+        self.progress = progress
+        self.timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=30)
+        self.total = 0
+        self.done = 0
+        self.failed = 0
+        # Bounded, so that a slow disk holds the workers back instead of growing memory.
+        self.queue: asyncio.Queue[tuple[int, bytes] | object] = asyncio.Queue(2 * concurrency)
+
+    async def execute(self) -> CollectionSummary:
+        num_tasks = await asyncio.to_thread(self._count_input)
+        state = await asyncio.to_thread(self._prepare_files)
+        self.total, skipped = planned_count(num_tasks, self.num_repeats, state)
+        self._report()
+        if self.total:
+            with open(self.input_path, "rb") as source:
+                plan = plan_rollouts(iter_tasks(source, self.limit), self.num_repeats, state)
+                await self._dispatch(plan)
+        metrics = await asyncio.to_thread(self._finish)
+        return CollectionSummary(
+            output_path=self.output_path,
+            failures_path=self.failures_path,
+            metrics_path=self.metrics_path,
+            total=self.total + skipped,
+            ran=self.done,
+            failed=self.failed,
+            skipped=skipped,
+            metrics=metrics,
+        )
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(self.done, self.failed, self.total)
+
+    # -- before: input, files, resume state (blocking, run in a thread) --
+
+    def _count_input(self) -> int:
+        with open(self.input_path, "rb") as source:
+            return count_tasks(source, self.limit)
+
+    def _prepare_files(self) -> ResumeState | None:
+        self.output_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.store is not None:
+            self.store.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self.resume:
+            self.output_path.write_bytes(b"")
+            self.failures_path.unlink(missing_ok=True)
+            return None
+        for path in (self.output_path, self.failures_path):
+            _cut_torn_tail(path)
+        names: list[str] = []
+        if self.store is not None:
+            names = [
+                name
+                for name in os.listdir(self.store.directory)
+                if name.endswith((CAPTURE_SUFFIX, INCOMPLETE_SUFFIX))
+            ]
+        with contextlib.ExitStack() as stack:
+            output = _lines_of(stack, self.output_path)
+            failures = _lines_of(stack, self.failures_path)
+            state = ResumeState.from_files(output, failures, names)
+        if state.bad_output_lines:
+            log.warning(
+                "%s: %d lines are not rollout lines; their rollouts run again",
+                self.output_path,
+                state.bad_output_lines,
+            )
+        return state
+
+    # -- during: workers and the writer --
+
+    async def _dispatch(self, plan: Iterator[Rollout]) -> None:
+        connector = aiohttp.TCPConnector(limit=self.concurrency)
+        async with (
+            aiohttp.ClientSession(connector=connector, timeout=self.timeout) as session,
+            _Writer(self.output_path, self.failures_path) as writer,
+        ):
+
+            async def work() -> None:
+                # next() never awaits, so the workers can share one generator.
+                for rollout in plan:
+                    await self._run_one(session, rollout)
+
+            async def workers() -> None:
+                async with asyncio.TaskGroup() as group:
+                    for _ in range(min(self.concurrency, self.total)):
+                        group.create_task(work())
+                await self.queue.put(_STOP)
+
+            async with asyncio.TaskGroup() as group:
+                group.create_task(writer.drain(self.queue))
+                group.create_task(workers())
+
+    async def _run_one(self, session: aiohttp.ClientSession, rollout: Rollout) -> None:
+        if self.store is not None:
+            await asyncio.to_thread(_start_capture, self.store, rollout.rollout_id)
+        try:
+            answer = await self._call_agent(session, rollout)
+        except _RolloutFailed as exc:
+            line = failure_line(rollout, exc.kind, str(exc), **exc.detail)
+            await self.queue.put((_FAILED, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)))
+            self.failed += 1
+        else:
+            data = await asyncio.to_thread(_encode_rollout, self.store, rollout, answer)
+            await self.queue.put((_OK, data))
+        self.done += 1
+        self._report()
+
+    async def _call_agent(self, session: aiohttp.ClientSession, rollout: Rollout) -> dict[str, Any]:
+        body = orjson.dumps(rollout.run_body())
+        try:
+            async with session.post(
+                self.run_url, data=body, headers={"content-type": "application/json"}
+            ) as response:
+                status = response.status
+                raw = await response.read()
+        except TimeoutError:
+            raise _RolloutFailed("timeout", "the agent did not answer in time") from None
+        except aiohttp.ClientError as exc:
+            raise _RolloutFailed("connection", f"{type(exc).__name__}: {exc}") from None
+        if not 200 <= status < 300:
+            raise _RolloutFailed(
+                "agent_error", f"the agent answered HTTP {status}", status=status, body=_body(raw)
+            )
+        try:
+            answer = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise _RolloutFailed(
+                "bad_json", f"the agent's answer is not JSON ({exc})", body=_body(raw)
+            ) from None
+        try:
+            return check_agent_answer(answer)
+        except AgentAnswerError as exc:
+            raise _RolloutFailed("bad_answer", str(exc)) from None
+
+    # -- after: sort and aggregate (blocking, run in a thread) --
+
+    def _finish(self) -> dict[str, Any]:
+        accumulator = MetricsAccumulator(capture=self.store is not None)
+        accumulator.add_failure(self.failed)
+        sorted_tmp = self.output_path.with_name(self.output_path.name + ".sorting")
+        with open(self.output_path, "rb") as source:
+            index = _index_lines(source, self.output_path)
+            index.sort()
+            with open(sorted_tmp, "wb") as target:
+                previous: tuple[int, int] | None = None
+                for task, rollout, offset, length in index:
+                    if previous == (task, rollout):
+                        log.warning(
+                            "%s: dropped a second line of %d-%d", source.name, task, rollout
+                        )
+                        continue
+                    previous = (task, rollout)
+                    source.seek(offset)
+                    line = source.read(length)
+                    accumulator.add_line(orjson.loads(line))
+                    target.write(line if line.endswith(b"\n") else line + b"\n")
+                target.flush()
+                os.fsync(target.fileno())
+        os.replace(sorted_tmp, self.output_path)
+        metrics = accumulator.result()
+        tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
+        tmp.write_bytes(
+            orjson.dumps(metrics, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+        )
+        os.replace(tmp, self.metrics_path)
+        return metrics
+
+
+class _Writer:
+    """The only code that writes the output and failures files during a run.
+
+    Lines are appended in batches, one write and one flush per file per batch, in a thread;
+    the failures file is created at its first line.
+    """
+
+    def __init__(self, output_path: Path, failures_path: Path) -> None:
+        self.output_path = output_path
+        self.failures_path = failures_path
+        self.output: IO[bytes] | None = None
+        self.failures: IO[bytes] | None = None
+
+    async def __aenter__(self) -> _Writer:
+        self.output = await asyncio.to_thread(open, self.output_path, "ab")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        for handle in (self.output, self.failures):
+            if handle is not None:
+                handle.close()
+
+    async def drain(self, queue: asyncio.Queue[tuple[int, bytes] | object]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            stop = _STOP in batch
+            items = [item for item in batch if isinstance(item, tuple)]
+            if items:
+                write = loop.run_in_executor(None, self._write, items)
+                try:
+                    await asyncio.shield(write)
+                except asyncio.CancelledError:
+                    # The thread cannot be stopped; the files must not close under it.
+                    await asyncio.wait([write])
+                    raise
+            if stop:
+                return
+
+    def _write(self, items: list[tuple[int, bytes]]) -> None:
+        for kind, handle_name, path in (
+            (_OK, "output", self.output_path),
+            (_FAILED, "failures", self.failures_path),
+        ):
+            data = b"".join(line for k, line in items if k == kind)
+            if not data:
+                continue
+            handle: IO[bytes] | None = getattr(self, handle_name)
+            if handle is None:
+                handle = open(path, "ab")  # noqa: SIM115 (closed in _close)
+                setattr(self, handle_name, handle)
+            handle.write(data)
+            handle.flush()
+
+
+def _start_capture(store: CaptureStore, rollout_id: str) -> None:
+    """Clear the rollout-attempt's capture, and leave its empty file as the attempt's mark.
+
+    The empty file tells a resumed run this attempt was dispatched (see ``_plan``); to readers
+    it is a rollout with no calls yet.
+    """
+    store.clear(rollout_id)
+    fd = os.open(store.path_for(rollout_id), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+
+
+def _encode_rollout(
+    store: CaptureStore | None, rollout: Rollout, answer: Mapping[str, Any]
+) -> bytes:
+    attachment = None
+    if store is not None:
+        attachment = attach_capture(
+            rollout, capture_attachment(store, rollout.rollout_id, payloads=True)
+        )
+    line = rollout_line(rollout, answer, attachment)
+    return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _body(raw: bytes) -> Any:
+    """An error body for the failures file: its JSON when it is JSON, else its text, cut short."""
+    with contextlib.suppress(orjson.JSONDecodeError):
+        return orjson.loads(raw)
+    return raw[: _ERROR_BODY_LIMIT * 4].decode("utf-8", "replace")[:_ERROR_BODY_LIMIT]
+
+
+def _lines_of(stack: contextlib.ExitStack, path: Path) -> Iterator[bytes]:
+    try:
+        return iter(stack.enter_context(open(path, "rb")))
+    except FileNotFoundError:
+        return iter(())
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Cut a last line without its newline (a run killed mid-write); appends then start clean."""
+    try:
+        handle = open(path, "r+b")  # noqa: SIM115 (closed below)
+    except FileNotFoundError:
+        return
+    with handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return
+        # Walk back to the last newline in blocks: the torn line may be long.
+        end = keep = size
+        while end > 0:
+            start = max(0, end - (1 << 16))
+            handle.seek(start)
+            cut = handle.read(end - start).rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                break
+            end = start
+        else:
+            keep = 0
+        handle.truncate(keep)
+        log.warning("%s: cut a torn last line (%d bytes)", path, size - keep)
+
+
+def _index_lines(source: IO[bytes], path: Path) -> list[tuple[int, int, int, int]]:
+    """``(task, rollout, offset, length)`` of each rollout line; other lines are dropped."""
+    index: list[tuple[int, int, int, int]] = []
+    offset = 0
+    for line in source:
+        length = len(line)
+        ids = _line_key(line)
+        if ids is not None:
+            index.append((*ids, offset, length))
+        elif line.strip():
+            log.warning("%s: dropped a line at byte %d that is not a rollout line", path, offset)
+        offset += length
+    return index
+
+
+def _line_key(line: bytes) -> tuple[int, int] | None:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    task, rollout = obj.get(TASK_INDEX_KEY), obj.get(ROLLOUT_INDEX_KEY)
+    if type(task) is not int or type(rollout) is not int:
+        return None
+    return (task, rollout)
