@@ -21,6 +21,7 @@ PUBLIC = {
     "capture_attachment",
     "error_category",
     "read_model_call_records",
+    "resolve_model_base_url",
     "rollout_id_from_run",
     "url_path_for_request",
     "url_path_for_run",

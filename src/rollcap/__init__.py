@@ -3,6 +3,7 @@
 The public API is what this module exports; everything else is internal and may change.
 """
 
+from rollcap._discovery import resolve_model_base_url
 from rollcap.ids import build_rollout_id, rollout_id_from_run, validate_rollout_id
 from rollcap.metrics import Gap, aggregate, build_attachment
 from rollcap.records import ErrorCategory, ModelCallRecord, RawRecord, error_category
@@ -35,6 +36,7 @@ __all__ = [
     "capture_attachment",
     "error_category",
     "read_model_call_records",
+    "resolve_model_base_url",
     "rollout_id_from_run",
     "url_path_for_request",
     "url_path_for_run",

@@ -48,14 +48,33 @@ def uvicorn_server(app: Any, *, log_level: str = "warning") -> uvicorn.Server:
         date_header=False,
         timeout_graceful_shutdown=5,
     )
-    return uvicorn.Server(config)
+    return _Server(config)
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signals to its owner.
+
+    uvicorn catches SIGINT/SIGTERM per server and raises the signal again after its own
+    shutdown; with several servers in one process (an environment) each would hand the signal
+    to the next mid-shutdown. The commands handle signals once and stop every server in order.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
-    """Serve ``app`` in the running event loop; yields its base URL, stops on exit."""
-    sock = bind(host, port)
-    bound_port = sock.getsockname()[1]
+async def serving(
+    app: Any, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None
+) -> AsyncIterator[str]:
+    """Serve ``app`` in the running event loop; yields its base URL, stops on exit.
+
+    ``sock``: a socket bound already (so a busy port was reported before anything started).
+    """
+    if sock is None:
+        sock = bind(host, port)
+    host, bound_port = sock.getsockname()[:2]
     server = uvicorn_server(app)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -23,6 +24,13 @@ from rollcap.store import CaptureReadError, CaptureStore, capture_attachment
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +52,48 @@ def _parser() -> argparse.ArgumentParser:
         "--config", action="append", default=[], metavar="FILE", help="YAML config (repeatable)"
     )
     model.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
+    )
+
+    env = commands.add_parser("env", help="run an evaluation environment")
+    env_commands = env.add_subparsers(dest="env_command", required=True)
+    start = env_commands.add_parser(
+        "start", help="model, resources and agent servers and a head server, until interrupted"
+    )
+    start.add_argument("--resources-server", required=True, help="e.g. mcqa")
+    start.add_argument("--model-type", required=True, help="openai_model, vllm_model, ...")
+    start.add_argument("--agent", help="default: the built-in agent of the resources server")
+    start.add_argument("--host", default="127.0.0.1")
+    start.add_argument("--head-port", type=int, default=11000)
+    start.add_argument(
+        "--config", action="append", default=[], metavar="FILE", help="YAML config (repeatable)"
+    )
+    start.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
+    )
+
+    evaluation = commands.add_parser("eval", help="collect rollouts")
+    eval_commands = evaluation.add_subparsers(dest="eval_command", required=True)
+    run = eval_commands.add_parser("run", help="run every task of an input file through an agent")
+    run.add_argument("--agent", required=True, help="e.g. mcqa_simple_agent")
+    run.add_argument("--input", required=True, type=Path, help="tasks, one JSON object a line")
+    run.add_argument("--output", required=True, type=Path, help="rollouts, one JSON object a line")
+    run.add_argument("--limit", type=_positive, help="only the first N tasks")
+    run.add_argument("--num-repeats", type=_positive, default=1, help="rollouts per task")
+    run.add_argument("--concurrency", type=_positive, default=16, help="rollouts at once")
+    run.add_argument("--resume", action="store_true", help="skip finished rollouts, retry others")
+    run.add_argument(
+        "--no-serve", action="store_true", help="use servers started by `rollcap env start`"
+    )
+    run.add_argument("--model-type", help="without --no-serve: the model server to start")
+    run.add_argument(
+        "--head-url", help="with --no-serve: the head server (default 127.0.0.1:11000)"
+    )
+    run.add_argument("--head-port", type=int, default=11000, help="without --no-serve")
+    run.add_argument(
+        "--config", action="append", default=[], metavar="FILE", help="YAML config (repeatable)"
+    )
+    run.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
     )
 
@@ -93,7 +143,7 @@ def _capture_show(directory: str, rollout_id: str, payloads: bool) -> int:
 
 
 def _serve_model(args: argparse.Namespace) -> int:
-    from rollcap._serving import bind, uvicorn_server
+    from rollcap._serving import bind, serving
     from rollcap.server import ModelServerSettings, create_model_app
 
     settings = RunSettings.from_config(load_config(args.config, args.overrides))
@@ -107,19 +157,19 @@ def _serve_model(args: argparse.Namespace) -> int:
         )
     )
     sock = bind(args.host, args.port)
-    host, port = sock.getsockname()[:2]
     capture = settings.capture_dir or "off"
     upstream = (
         "the embedded model" if args.model_type == "local_model" else settings.policy_base_url
     )
-    print(
-        f"rollcap model server policy_model ({args.model_type}) on http://{host}:{port}"
-        f" -> {upstream}; capture: {capture}",
-        flush=True,
-    )
+
+    async def run() -> None:
+        async with serving(app, sock=sock) as url:
+            print(f"rollcap model server policy_model ({args.model_type}) on {url}"
+                  f" -> {upstream}; capture: {capture}", flush=True)  # fmt: skip
+            await asyncio.Event().wait()
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    server = uvicorn_server(app)
-    _run_until_interrupted(server.serve(sockets=[sock]))
+    _run_until_interrupted(run())
     return EXIT_OK
 
 
@@ -132,22 +182,68 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def _eval_run(args: argparse.Namespace) -> int:
+    from rollcap._eval import EvalRequest, Progress, format_summary, run_eval
+
+    config = load_config(args.config, args.overrides)
+    request = EvalRequest(
+        agent=args.agent,
+        input_path=args.input,
+        output_path=args.output,
+        limit=args.limit,
+        num_repeats=args.num_repeats,
+        concurrency=args.concurrency,
+        resume=args.resume,
+        serve=not args.no_serve,
+        model_type=args.model_type,
+        head_url=args.head_url,
+        head_port=args.head_port,
+    )
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        summary, uncorrelated = runner.run(run_eval(request, config, progress=Progress()))
+    print(format_summary(summary, uncorrelated))
+    return EXIT_OK
+
+
+def _env_start(args: argparse.Namespace) -> int:
+    from rollcap._env import environment
+
+    config = load_config(args.config, args.overrides)
+    RunSettings.from_config(config)  # a bad configuration starts nothing
+
+    async def run() -> None:
+        async with environment(
+            config,
+            model_type=args.model_type,
+            resources_server=args.resources_server,
+            agent=args.agent,
+            host=args.host,
+            head_port=args.head_port,
+        ) as env:
+            for server in env.servers:
+                print(f"{server.kind:<22} {server.name:<20} {server.type:<18} {server.url}")
+            print(f"head server on {env.head_url} (GET /servers, GET /config)", flush=True)
+            await asyncio.Event().wait()
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _run_until_interrupted(run())
+    return EXIT_OK
 
 
 def _run_until_interrupted(main: Coroutine[Any, Any, None]) -> None:
-    """Run a server; Ctrl-C or SIGTERM is a normal stop, not a crash.
+    """Run servers until Ctrl-C or SIGTERM, then stop them in order: a normal stop, exit 0."""
 
-    uvicorn shuts down gracefully on either signal and then raises it again for the process;
-    both arrive here as KeyboardInterrupt.
-    """
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    with (
-        contextlib.suppress(KeyboardInterrupt),
-        asyncio.Runner(loop_factory=_loop_factory()) as run,
-    ):
-        run.run(main)
+    async def until_signal() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await main
+
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(until_signal())
     print("stopped", file=sys.stderr, flush=True)
 
 
@@ -156,6 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve" and args.serve_command == "model":
             return _serve_model(args)
+        if args.command == "env" and args.env_command == "start":
+            return _env_start(args)
+        if args.command == "eval" and args.eval_command == "run":
+            return _eval_run(args)
         if args.command == "capture" and args.capture_command == "list":
             return _capture_list(args.directory)
         if args.command == "capture" and args.capture_command == "show":

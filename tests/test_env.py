@@ -1,0 +1,118 @@
+"""The environment: model, resources, agent and head servers, over real sockets."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from rollcap import CaptureStore, read_model_call_records, resolve_model_base_url
+from rollcap._env import environment
+from rollcap.config import ConfigError, load_config
+from rollcap.gym import example_data_path
+from rollcap.testing import FakeUpstream
+from tests.conftest import SECRETS
+
+KEY = SECRETS[0]
+
+
+def _config(upstream: str, capture_dir: Path) -> dict[str, Any]:
+    return load_config(
+        overrides=[
+            f"++policy_base_url={upstream}/v1",
+            f"++policy_api_key={KEY}",
+            "++observability_enabled=true",
+            f"++model_call_capture_dir={capture_dir}",
+        ],
+        env_file=None,
+    )
+
+
+def _first_task() -> dict[str, Any]:
+    line = example_data_path("mcqa").read_text().splitlines()[0]
+    task: dict[str, Any] = orjson.loads(line)
+    return task
+
+
+async def test_environment_serves_discovery_and_a_captured_rollout(tmp_path: Path) -> None:
+    async with FakeUpstream(api_key=KEY) as upstream:
+        config = _config(upstream.url, tmp_path)
+        async with (
+            environment(
+                config, model_type="openai_model", resources_server="mcqa", head_port=0
+            ) as env,
+            aiohttp.ClientSession() as session,
+        ):
+            async with session.get(f"{env.head_url}/servers") as response:
+                servers = await response.json()
+            async with session.get(f"{env.head_url}/config") as response:
+                shown = await response.text()
+            agent = env.url_of("mcqa_simple_agent")
+            task = {**_first_task(), "_ng_task_index": 3, "_ng_rollout_index": 1}
+            async with session.post(f"{agent}/run", json=task) as response:
+                assert response.status == 200, await response.text()
+                result = await response.json()
+            resolved = await _resolve(env.head_url)
+    assert [(s["name"], s["kind"]) for s in servers] == [
+        ("policy_model", "responses_api_models"),
+        ("mcqa", "resources_servers"),
+        ("mcqa_simple_agent", "responses_api_agents"),
+    ]
+    assert KEY not in shown
+    assert orjson.loads(shown)["policy_api_key"] == "<redacted>"
+    assert result["reward"] in (0.0, 1.0)
+    assert result["response"]["object"] == "response"
+    (call,) = read_model_call_records(CaptureStore(tmp_path), "3-1")
+    assert call.dialect == "responses"
+    assert call.request is not None
+    assert call.request["input"] == task["responses_create_params"]["input"]
+    assert resolved == f"{servers[0]['url']}/ng-rollout/7-0/v1"
+
+
+async def _resolve(head: str) -> str:
+    import asyncio
+
+    # resolve_model_base_url is synchronous (agents call it once, at set-up).
+    return await asyncio.to_thread(resolve_model_base_url, "policy_model", "7-0", head=head)
+
+
+def test_resolve_model_base_url_errors() -> None:
+    with pytest.raises(ConnectionError, match="cannot reach the head server"):
+        resolve_model_base_url("policy_model", "0-0", head="http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="invalid rollout id"):
+        resolve_model_base_url("policy_model", "../x", head="http://127.0.0.1:9")
+
+
+async def test_unknown_names_start_nothing(tmp_path: Path) -> None:
+    config = _config("http://127.0.0.1:9", tmp_path)
+    with pytest.raises(ConfigError, match="unknown resources server 'nope'"):
+        async with environment(config, model_type="openai_model", resources_server="nope"):
+            pass
+    with pytest.raises(ConfigError, match="unknown agent 'x'"):
+        async with environment(
+            config, model_type="openai_model", resources_server="mcqa", agent="x"
+        ):
+            pass
+
+
+def test_env_start_head_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "rollcap"), "env", "start",
+                "--resources-server", "mcqa", "--model-type", "openai_model",
+                "--head-port", str(port), "++policy_base_url=http://127.0.0.1:9/v1",
+            ],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
