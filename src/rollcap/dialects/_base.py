@@ -33,6 +33,7 @@ __all__ = [
     "as_count",
     "as_dict",
     "as_str",
+    "json_type_name",
     "load_json_object",
     "openai_usage",
     "parse_arguments",
@@ -165,6 +166,23 @@ def parse_arguments(value: object) -> Any:
         return orjson.loads(value)
     except orjson.JSONDecodeError:
         return {"_raw": value}
+
+
+def json_type_name(value: object) -> str:
+    """The JSON name of a parsed value's type, for error messages a client can act on."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__
 
 
 def load_json_object(text: str) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +37,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from rollcap.dialects._base import json_type_name
 from rollcap.gym._http import (
     InvalidRequest,
     error_response,
     json_response,
-    json_type_name,
     read_json_object,
 )
 from rollcap.gym._resources import VerifyResultError, check_verify_result
@@ -407,35 +407,33 @@ class _SelfCallPrefix:
 def create_agent_app(agent: ResponsesAgent) -> Starlette:
     """The ASGI app of one agent server; its lifespan opens and closes the agent's session."""
 
-    async def run(request: Request) -> Response:
+    async def answer(what: str, work: Callable[[], Awaitable[Response]]) -> Response:
+        # One error policy for both routes: the caller's mistake is a 400, a server behind the
+        # agent failing is its own status, anything else a 500 with the cause, never a trace.
         try:
-            body = await read_json_object(request)
-            return json_response(await agent.run(body))
+            return await work()
         except InvalidRequest as exc:
             return error_response(400, str(exc), "invalid_request_error")
         except DownstreamError as exc:
-            log.warning("agent %s: run failed: %s", agent.name, exc)
+            log.warning("agent %s: %s failed: %s", agent.name, what, exc)
             return exc.response()
         except Exception as exc:
-            log.exception("agent %s: run failed", agent.name)
+            log.exception("agent %s: %s failed", agent.name, what)
             return error_response(
                 500, f"agent {agent.name} failed: {type(exc).__name__}: {exc}", "server_error"
             )
 
+    async def run(request: Request) -> Response:
+        async def work() -> Response:
+            return json_response(await agent.run(await read_json_object(request)))
+
+        return await answer("run", work)
+
     async def responses(request: Request) -> Response:
-        try:
-            params = await read_json_object(request)
-            return await agent.responses(params, request)
-        except InvalidRequest as exc:
-            return error_response(400, str(exc), "invalid_request_error")
-        except DownstreamError as exc:
-            log.warning("agent %s: self-call failed: %s", agent.name, exc)
-            return exc.response()
-        except Exception as exc:
-            log.exception("agent %s: self-call failed", agent.name)
-            return error_response(
-                500, f"agent {agent.name} failed: {type(exc).__name__}: {exc}", "server_error"
-            )
+        async def work() -> Response:
+            return await agent.responses(await read_json_object(request), request)
+
+        return await answer("self-call", work)
 
     async def health(request: Request) -> Response:
         return json_response({"status": "ok", "name": agent.name})

@@ -8,6 +8,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rollcap.dialects._base import json_type_name
+
 __all__ = ["InvalidRequest", "error_response", "json_response", "read_json_object"]
 
 
@@ -38,20 +40,3 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequest(f"the request body must be a JSON object, got {json_type_name(body)}")
     return body
-
-
-def json_type_name(value: object) -> str:
-    """The JSON name of a parsed value's type, for error messages a client can act on."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__

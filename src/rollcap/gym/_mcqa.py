@@ -26,7 +26,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rollcap.gym._http import InvalidRequest, json_type_name
+from rollcap.dialects._base import json_type_name
+from rollcap.gym._http import InvalidRequest
 from rollcap.gym._resources import ResourcesServer
 
 __all__ = [

@@ -27,11 +27,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rollcap.dialects._base import json_type_name
 from rollcap.gym._http import (
     InvalidRequest,
     error_response,
     json_response,
-    json_type_name,
     read_json_object,
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rollcap.dialects._base import json_type_name
 from rollcap.translate._common import fail
 
 __all__ = [
@@ -36,19 +37,19 @@ VLLM_PASSTHROUGH = (
 
 def req_mapping(value: object, name: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        fail(name, f"expected an object, got {_kind(value)}")
+        fail(name, f"expected an object, got {json_type_name(value)}")
     return value
 
 
 def req_list(value: object, name: str) -> list[Any]:
     if not isinstance(value, list):
-        fail(name, f"expected a list, got {_kind(value)}")
+        fail(name, f"expected an array, got {json_type_name(value)}")
     return value
 
 
 def req_str(value: object, name: str) -> str:
     if not isinstance(value, str):
-        fail(name, f"expected a string, got {_kind(value)}")
+        fail(name, f"expected a string, got {json_type_name(value)}")
     return value
 
 
@@ -62,7 +63,7 @@ def opt_bool(request: Mapping[str, Any], key: str, name: str | None = None) -> b
     if value is None:
         return None
     if not isinstance(value, bool):
-        fail(name or key, f"expected a boolean, got {_kind(value)}")
+        fail(name or key, f"expected a boolean, got {json_type_name(value)}")
     return value
 
 
@@ -71,7 +72,7 @@ def opt_number(request: Mapping[str, Any], key: str) -> float | int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        fail(key, f"expected a number, got {_kind(value)}")
+        fail(key, f"expected a number, got {json_type_name(value)}")
     return value
 
 
@@ -95,19 +96,3 @@ def copy_passthrough(request: Mapping[str, Any], chat: dict[str, Any]) -> None:
     for key in VLLM_PASSTHROUGH:
         if request.get(key) is not None:
             chat[key] = request[key]
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
