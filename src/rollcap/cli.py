@@ -97,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
         "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
     )
 
+    submit = eval_commands.add_parser(
+        "submit", help="run every benchmark of a driver config into its job directory"
+    )
+    submit.add_argument("-c", "--config", required=True, type=Path, metavar="DRIVER_YAML")
+    submit.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
+    )
+
     capture = commands.add_parser("capture", help="inspect a model-call capture directory")
     capture_commands = capture.add_subparsers(dest="capture_command", required=True)
     listing = capture_commands.add_parser("list", help="one line per rollout: calls and tokens")
@@ -205,6 +213,16 @@ def _eval_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _eval_submit(args: argparse.Namespace) -> int:
+    from rollcap._eval import format_submit_table, submit
+
+    config = load_config([args.config], args.overrides)
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        results = runner.run(submit(config))
+    print(format_submit_table(results))
+    return EXIT_OK
+
+
 def _env_start(args: argparse.Namespace) -> int:
     from rollcap._env import environment
 
@@ -256,6 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _env_start(args)
         if args.command == "eval" and args.eval_command == "run":
             return _eval_run(args)
+        if args.command == "eval" and args.eval_command == "submit":
+            return _eval_submit(args)
         if args.command == "capture" and args.capture_command == "list":
             return _capture_list(args.directory)
         if args.command == "capture" and args.capture_command == "show":
