@@ -145,11 +145,12 @@ def test_responses_status_and_usage_rules() -> None:
     partial = _responses(
         _chat({"content": "x"}, usage={"prompt_tokens": 5, "completion_tokens": 2})
     )
+    # Unreported details stay unknown (null): the capture must not read a made-up zero.
     assert partial["usage"] == {
         "input_tokens": 5,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": None},
         "output_tokens": 2,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": None},
         "total_tokens": 7,
     }
 
@@ -285,3 +286,13 @@ def test_malformed_answers_never_raise(chat: Any, request: Any) -> None:
     json.dumps(message)
     get_dialect("responses").normalize(response)
     get_dialect("messages").normalize(message)
+
+
+def test_unreported_cached_and_reasoning_tokens_are_captured_as_unknown() -> None:
+    partial = _responses(
+        _chat({"content": "x"}, usage={"prompt_tokens": 5, "completion_tokens": 2})
+    )
+    usage = get_dialect("responses").normalize(partial).usage
+    assert (usage.tokens_in, usage.tokens_out, usage.tokens_total) == (5, 2, 7)
+    assert usage.cached_tokens is None
+    assert usage.tokens_reasoning is None

@@ -32,8 +32,9 @@ always). An answer with none of them gets one message item with the (possibly em
 ``rs_X``, ``msg_X``, ``fc_X_<n>``; ``call_X_<n>`` for a call the upstream gave no id). Status is
 ``incomplete`` (reason ``max_output_tokens``) for finish reason ``length``, ``incomplete``
 (``content_filter``) for ``content_filter``, else ``completed``. ``usage`` is ``null`` when the
-answer reported none; the detail counts the schema requires (``cached_tokens``,
-``reasoning_tokens``) read 0 when the upstream did not report them.
+answer reported none; the detail counts (``cached_tokens``, ``reasoning_tokens``) are ``null``
+when the upstream did not report them (the SDKs read them as ``None``): a made-up 0 would be
+captured as a measured zero.
 
 Streaming (``ChatToResponsesStream``): see its docstring.
 """
@@ -399,9 +400,10 @@ def _usage(usage: ChatUsage | None) -> dict[str, Any] | None:
         total = usage.prompt + usage.completion
     return {
         "input_tokens": usage.prompt or 0,
-        "input_tokens_details": {"cached_tokens": usage.cached or 0},
+        # null, not 0, when upstream did not say: a capture must not turn unknown into zero.
+        "input_tokens_details": {"cached_tokens": usage.cached},
         "output_tokens": usage.completion or 0,
-        "output_tokens_details": {"reasoning_tokens": usage.reasoning or 0},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning},
         "total_tokens": total or 0,
     }
 
