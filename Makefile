@@ -40,6 +40,7 @@ demo: $(DEMO_STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/proxy.py
+	$(BIN)/python bench/collect.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
