@@ -6,6 +6,7 @@ without it the environment is started here, around the collection, and stopped a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 import time
@@ -143,7 +144,8 @@ async def run_eval(
             resume=request.resume,
             progress=progress,
         )
-        return summary, _uncorrelated(model_url)
+        # In a thread: the model server may be served by this very event loop.
+        return summary, await asyncio.to_thread(_uncorrelated, model_url)
 
 
 def format_summary(summary: CollectionSummary, uncorrelated: int | None) -> str:
