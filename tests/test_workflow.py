@@ -125,3 +125,47 @@ def test_eval_run_errors_are_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert missing.returncode == 2
     assert "no such file" in missing.stderr
+
+
+def test_resume_after_killing_eval_run_halfway(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    output = tmp_path / "out.jsonl"
+    calls = tmp_path / "calls"
+    with FakeUpstream.running_in_thread(api_key=KEY) as upstream:
+        args = [
+            str(BIN / "rollcap"), "eval", "run", "--agent", "mcqa_simple_agent",
+            "--model-type", "openai_model", "--head-port", "0",
+            "--input", str(EXAMPLE), "--output", str(output), "--num-repeats", "8",
+            "--concurrency", "2", f"++policy_base_url={upstream.url}/v1",
+            f"++policy_api_key={KEY}", "++observability_enabled=true",
+            f"++model_call_capture_dir={calls}",
+        ]  # fmt: skip
+        first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if output.exists() and len(output.read_bytes().splitlines()) >= 30:
+                break
+            time.sleep(0.01)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        killed_at = len(output.read_bytes().splitlines())
+        done = subprocess.run(
+            [*args, "--resume"], capture_output=True, text=True, check=False, timeout=120
+        )
+    assert done.returncode == 0, done.stderr
+    total = 27 * 8
+    assert 30 <= killed_at < total  # the kill landed halfway
+    lines = [orjson.loads(line) for line in output.read_text().splitlines()]
+    pairs = [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in lines]
+    assert sorted(pairs) == pairs
+    assert len(set(pairs)) == len(pairs) == total  # nothing lost, nothing twice
+    store = CaptureStore(calls)
+    for line in lines:
+        rollout_id = line["rollout_id"]
+        if line["_ng_attempt_index"]:
+            assert rollout_id.endswith(f"-a{line['_ng_attempt_index']}")
+        # Each rollout's attachment holds its own call only, never an earlier attempt's.
+        assert line["ng_model_call_capture"]["metrics"]["num_calls"] == 1
+        assert len(store.read(rollout_id)) == 1
