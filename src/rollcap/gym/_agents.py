@@ -198,16 +198,7 @@ class ResponsesAgent:
         content_type = upstream.headers.get("content-type", "")
         if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
             return StreamingResponse(_relay(upstream), status_code=upstream.status, headers=relayed)
-        try:
-            raw = await upstream.read()
-        except TimeoutError:
-            raise self._model_timeout(url) from None
-        except aiohttp.ClientError as exc:
-            raise DownstreamError(
-                f"model server broke off its answer from {url}: {exc}", server="model"
-            ) from None
-        finally:
-            upstream.release()
+        raw = await self._read_model(upstream, url)
         return Response(raw, status_code=upstream.status, headers=relayed)
 
     # -- helpers
@@ -251,8 +242,13 @@ class ResponsesAgent:
         url = self.settings.model_base_url + url_path
         headers = {"content-type": "application/json"}
         upstream = await self._open_model(url, params, headers)
+        raw = await self._read_model(upstream, url)
+        return _json_answer("model", url, upstream.status, raw)
+
+    async def _read_model(self, upstream: aiohttp.ClientResponse, url: str) -> bytes:
+        """The model server's whole answer; its failures as the agent reports them."""
         try:
-            raw = await upstream.read()
+            return await upstream.read()
         except TimeoutError:
             raise self._model_timeout(url) from None
         except aiohttp.ClientError as exc:
@@ -261,7 +257,6 @@ class ResponsesAgent:
             ) from None
         finally:
             upstream.release()
-        return _json_answer("model", url, upstream.status, raw)
 
     async def verify(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST ``payload`` to the resources server's ``/verify``; its result, reward a float."""
