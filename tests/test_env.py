@@ -116,3 +116,61 @@ def test_env_start_head_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+GRADER = """
+from rollcap.gym import ResourcesServer
+
+
+class AlwaysRight(ResourcesServer):
+    async def verify(self, body):
+        return {"reward": 1.0, "graded_by": "always_right"}
+"""
+
+
+async def test_server_blocks_and_an_entrypoint_resources_server(tmp_path: Path) -> None:
+    (tmp_path / "grader.py").write_text(GRADER)
+    async with FakeUpstream(api_key=KEY) as upstream:
+        config = _config(upstream.url, tmp_path / "calls")
+        config |= {
+            "policy_model": {"responses_api_models": {"openai_model": {}}},
+            "lenient": {
+                "resources_servers": {
+                    "always_right": {"entrypoint": f"{tmp_path / 'grader.py'}:AlwaysRight"}
+                }
+            },
+            "my_agent": {
+                "responses_api_agents": {"mcqa_simple_agent": {"resources_server": "lenient"}}
+            },
+        }
+        async with environment(config, head_port=0) as env, aiohttp.ClientSession() as session:
+            task = {**_first_task(), "_ng_task_index": 0, "_ng_rollout_index": 0}
+            async with session.post(f"{env.url_of('my_agent')}/run", json=task) as response:
+                result = await response.json()
+    assert [(s.name, s.kind, s.type) for s in env.servers] == [
+        ("policy_model", "responses_api_models", "openai_model"),
+        ("lenient", "resources_servers", "always_right"),
+        ("my_agent", "responses_api_agents", "mcqa_simple_agent"),
+    ]
+    assert (result["reward"], result["graded_by"]) == (1.0, "always_right")
+    assert len(CaptureStore(tmp_path / "calls").read("0-0")) == 1
+
+
+@pytest.mark.parametrize(
+    ("blocks", "match"),
+    [
+        ({"r": {"resources_servers": {"a": {}, "b": {}}}}, "must name exactly one type"),
+        ({"r": {"resources_servers": {"nope": {}}}}, "unknown resources server 'nope'"),
+        ({"r": {"resources_servers": {"x": {"entrypoint": "json:nothing"}}}}, "no attribute"),
+        ({"r": {"resources_servers": {"x": {"entrypoint": "no_such_mod:X"}}}}, "ModuleNotFound"),
+        ({"r": {"resources_servers": {"x": {"entrypoint": "bare"}}}}, "module:attribute"),
+        ({"a": {"responses_api_agents": {"mcqa_simple_agent": {}}}}, "name its resources_server"),
+    ],
+)
+async def test_bad_server_blocks_start_nothing(
+    tmp_path: Path, blocks: dict[str, Any], match: str
+) -> None:
+    config = _config("http://127.0.0.1:9", tmp_path) | blocks
+    with pytest.raises(ConfigError, match=match):
+        async with environment(config, model_type="openai_model", head_port=0):
+            pass

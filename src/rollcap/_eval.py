@@ -108,21 +108,28 @@ async def _agent_and_model(
         models = [s for s in servers if s.get("kind") == "responses_api_models"]
         yield agent, (str(models[0]["url"]) if models else None)
         return
-    from rollcap._env import environment
+    from rollcap._env import environment, instances
     from rollcap.gym import AGENTS
 
-    if request.agent not in AGENTS:
-        raise ConfigError(f"unknown agent {request.agent!r}: expected one of {', '.join(AGENTS)}")
-    if request.model_type is None:
-        raise ConfigError("--model-type is required unless --no-serve is given")
+    configured = {i.name: i for i in instances(config)}
+    # A built-in agent brings its resources server; a configured one names its own.
+    resources = None
+    if request.agent not in configured:
+        if request.agent not in AGENTS:
+            raise ConfigError(
+                f"unknown agent {request.agent!r}: expected one of {', '.join(AGENTS)} "
+                "or a configured agent"
+            )
+        resources = AGENTS[request.agent].resources_server
     async with environment(
         config,
         model_type=request.model_type,
-        resources_server=AGENTS[request.agent].resources_server,
+        resources_server=resources,
         agent=request.agent,
         head_port=request.head_port,
     ) as env:
-        yield env.url_of(request.agent), env.url_of("policy_model")
+        model = next(s for s in env.servers if s.kind == "responses_api_models")
+        yield env.url_of(request.agent), model.url
 
 
 async def run_eval(
