@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
+import rich.console
+import rich.progress
 
 from rollcap._discovery import list_servers
 from rollcap.collect import CollectionSummary, collect
@@ -49,31 +51,56 @@ class EvalRequest:
 
 
 class Progress:
-    """A one-line progress bar on a terminal (rate and ETA), a line every 10% otherwise."""
+    """Collection progress: a rich bar with rate and ETA on a terminal, a line every 10% in logs.
+
+    Call it as the collector's progress callback; ``close()`` when the run is over.
+    """
 
     def __init__(self, stream: TextIO = sys.stderr) -> None:
         self.stream = stream
         self.start = time.monotonic()
-        self.tty = stream.isatty()
         self._last_decile = -1
+        self._bar: rich.progress.Progress | None = None
+        self._task: rich.progress.TaskID | None = None
+        if stream.isatty():
+            self._bar = rich.progress.Progress(
+                rich.progress.TextColumn("rollouts"),
+                rich.progress.BarColumn(),
+                rich.progress.MofNCompleteColumn(),
+                rich.progress.TextColumn("{task.fields[failed]} failed"),
+                rich.progress.TextColumn("{task.fields[rate]}/s"),
+                rich.progress.TextColumn("ETA"),
+                rich.progress.TimeRemainingColumn(),
+                console=rich.console.Console(file=stream),
+            )
 
     def __call__(self, done: int, failed: int, total: int) -> None:
         elapsed = max(time.monotonic() - self.start, 1e-9)
         rate = done / elapsed
-        eta = (total - done) / rate if rate > 0 else float("inf")
-        width = 30
-        filled = int(width * done / total) if total else width
-        bar = "#" * filled + "-" * (width - filled)
-        eta_text = f"{eta:.0f}s" if eta != float("inf") else "?"
-        line = f"[{bar}] {done}/{total} rollouts, {failed} failed, {rate:.1f}/s, ETA {eta_text}"
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if done >= total else ""))
-            self.stream.flush()
+        if self._bar is not None:
+            if self._task is None:
+                self._bar.start()
+                self._task = self._bar.add_task("collect", total=total, failed=0, rate="0.0")
+            self._bar.update(
+                self._task, completed=done, total=total, failed=failed, rate=f"{rate:.1f}"
+            )
+            if done >= total:
+                self.close()
             return
         decile = 10 * done // total if total else 10
         if decile != self._last_decile or done >= total:
             self._last_decile = decile
-            print(line, file=self.stream, flush=True)
+            eta = f"{(total - done) / rate:.0f}s" if rate > 0 else "?"
+            print(
+                f"{done}/{total} rollouts, {failed} failed, {rate:.1f}/s, ETA {eta}",
+                file=self.stream,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
 
 def _find(servers: list[dict[str, Any]], name: str, kind: str) -> str:
@@ -256,7 +283,11 @@ async def submit(config: Mapping[str, Any]) -> list[BenchmarkResult]:
     results = []
     for name, job_dir, bench_config, request in plans:
         job_dir.mkdir(parents=True, exist_ok=True)
-        summary, _ = await run_eval(request, bench_config, progress=Progress())
+        progress = Progress()
+        try:
+            summary, _ = await run_eval(request, bench_config, progress=progress)
+        finally:
+            progress.close()
         capture_dir = RunSettings.from_config(bench_config).capture_dir
         results.append(BenchmarkResult(name, job_dir, capture_dir, summary))
     return results

@@ -207,8 +207,12 @@ def _eval_run(args: argparse.Namespace) -> int:
         head_url=args.head_url,
         head_port=args.head_port,
     )
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        summary, uncorrelated = runner.run(run_eval(request, config, progress=Progress()))
+    progress = Progress()
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            summary, uncorrelated = runner.run(run_eval(request, config, progress=progress))
+    finally:
+        progress.close()
     print(format_summary(summary, uncorrelated))
     return EXIT_OK
 

@@ -43,7 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         head_port=0,
     )
     print("rollcap demo: MCQA on the embedded SmolLM2-135M model, capture on\n", flush=True)
-    summary, uncorrelated = asyncio.run(run_eval(request, config, progress=Progress()))
+    progress = Progress()
+    try:
+        summary, uncorrelated = asyncio.run(run_eval(request, config, progress=progress))
+    finally:
+        progress.close()
     print(format_summary(summary, uncorrelated))
     print(f"\ncapture files: {capture_dir}/ ({len(list(capture_dir.glob('*.capture.jsonl')))})")
     print(f"first rollout's capture: head -n 1 {output} | jq '.ng_model_call_capture'")
