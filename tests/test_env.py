@@ -174,3 +174,38 @@ async def test_bad_server_blocks_start_nothing(
     with pytest.raises(ConfigError, match=match):
         async with environment(config, model_type="openai_model", head_port=0):
             pass
+
+
+def test_env_start_stops_every_server_on_ctrl_c(tmp_path: Path) -> None:
+    import signal
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "gym"), "env", "start",
+            "--resources-server", "mcqa", "--model-type", "openai_model",
+            "--head-port", str(port), "++policy_base_url=http://127.0.0.1:9/v1",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        urls = []
+        for line in proc.stdout:
+            if line.startswith("head server on"):
+                break
+            urls.append(line.split()[-1])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/servers", timeout=30) as response:
+            assert len(orjson.loads(response.read())) == 3
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert err.strip().endswith("stopped")
+    assert "Traceback" not in err
+    for url in [*urls, f"http://127.0.0.1:{port}"]:
+        with pytest.raises(OSError, match="Connection refused"):
+            urllib.request.urlopen(f"{url}/health", timeout=5)
