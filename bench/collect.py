@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
+from _procs import started
 from rollcap.collect import collect
 from rollcap.gym import example_data_path
 
@@ -33,29 +31,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _started(args: list[str], ready: str) -> Iterator[list[str]]:
-    """Start a process and read its stdout up to the line starting with ``ready``."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith(ready):
-                break
-        yield lines
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _agent_url(lines: list[str]) -> str:
@@ -78,13 +53,16 @@ def main() -> None:
            "--model-type", "openai_model"]  # fmt: skip
     try:
         up_args = [sys.executable, "-m", "rollcap.testing", "--port", "0", "--api-key", KEY]
-        with _started(up_args, "http") as up_lines:
+        with started(up_args, "http") as (_, up_lines):
             upstream = up_lines[0].strip()
             common = [f"++policy_base_url={upstream}/v1", f"++policy_api_key={KEY}"]
             capture = ["++observability_enabled=true", f"++model_call_capture_dir={work / 'calls'}"]
             with (
-                _started([*env, "--head-port", str(_free_port()), *common], "head") as off,
-                _started([*env, "--head-port", str(_free_port()), *common, *capture], "head") as on,
+                started([*env, "--head-port", str(_free_port()), *common], "head") as (_, off),
+                started([*env, "--head-port", str(_free_port()), *common, *capture], "head") as (
+                    _,
+                    on,
+                ),
             ):
                 rates = {}
                 for label, lines, capture_dir in (

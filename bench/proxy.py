@@ -30,6 +30,8 @@ from pathlib import Path
 import aiohttp
 import orjson
 
+from _procs import started, stop
+
 BIN = Path(sys.executable).parent
 KEY = "bench-key"
 
@@ -37,21 +39,9 @@ KEY = "bench-key"
 @contextlib.contextmanager
 def _process(args: list[str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """Start a server that prints its URL on its first line; yield it and the URL."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        url = line.split(" on ", 1)[1].split(" ", 1)[0] if " on " in line else line.strip()
-        yield proc, url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+    with started(args) as (proc, lines):
+        line = lines[0]
+        yield proc, line.split(" on ", 1)[1].split(" ", 1)[0] if " on " in line else line.strip()
 
 
 LITELLM_VENV = Path(__file__).resolve().parent / ".venv-litellm"
@@ -93,12 +83,7 @@ def _litellm(upstream: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
                 time.sleep(0.5)
         yield proc, url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def _rss_mb(pid: int) -> float:

@@ -1,0 +1,34 @@
+"""Starting and stopping the server processes a benchmark measures."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+
+
+def stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+@contextlib.contextmanager
+def started(args: list[str], ready: str = "") -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """Start a server and read its stdout up to the first line starting with ``ready``."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(ready):
+                break
+        yield proc, lines
+    finally:
+        stop(proc)
