@@ -7,6 +7,7 @@ from pathlib import Path
 import rollcap.translate
 
 PUBLIC = {
+    "ANTHROPIC_ERROR_TYPES",
     "THINKING_SIGNATURE",
     "VLLM_PASSTHROUGH",
     "ChatToMessagesStream",

@@ -15,6 +15,7 @@ import orjson
 
 from rollcap.sse import SSEEvent
 from rollcap.translate import (
+    ANTHROPIC_ERROR_TYPES,
     ChatToMessagesStream,
     ChatToResponsesStream,
     chat_response_to_messages,
@@ -28,17 +29,6 @@ __all__ = ["TO_CHAT", "StreamTranslator", "Translation", "error_for_client"]
 TO_CHAT: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "responses": responses_request_to_chat,
     "messages": messages_request_to_chat,
-}
-
-# Anthropic's error type for each status, for upstream errors handed to a Messages client.
-_ANTHROPIC_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
 }
 
 
@@ -89,7 +79,7 @@ def error_for_client(dialect: str, status: int, body: bytes) -> bytes:
             message = error["message"]
         elif isinstance(parsed.get("message"), str):
             message = parsed["message"]
-    kind = _ANTHROPIC_ERROR_TYPES.get(
+    kind = ANTHROPIC_ERROR_TYPES.get(
         status, "api_error" if status >= 500 else "invalid_request_error"
     )
     return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})

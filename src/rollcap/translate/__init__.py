@@ -23,7 +23,7 @@ and a rendered response reassembles to itself.
 
 from __future__ import annotations
 
-from rollcap.translate._events import THINKING_SIGNATURE
+from rollcap.translate._events import ANTHROPIC_ERROR_TYPES, THINKING_SIGNATURE
 from rollcap.translate._messages import (
     ChatToMessagesStream,
     chat_response_to_messages,
@@ -38,6 +38,7 @@ from rollcap.translate._responses import (
 )
 
 __all__ = [
+    "ANTHROPIC_ERROR_TYPES",
     "THINKING_SIGNATURE",
     "VLLM_PASSTHROUGH",
     "ChatToMessagesStream",

@@ -14,6 +14,7 @@ from rollcap.sse import SSEEvent
 from rollcap.translate._common import dumps
 
 __all__ = [
+    "ANTHROPIC_ERROR_TYPES",
     "THINKING_SIGNATURE",
     "ResponsesEvents",
     "chat_event",
@@ -100,7 +101,8 @@ def messages_event(kind: str, **fields: Any) -> SSEEvent:
     return SSEEvent(data=dumps({"type": kind, **fields}), event=kind)
 
 
-_ANTHROPIC_ERROR_TYPES = {
+# Anthropic's error type for an HTTP-like status, wherever an error is handed to a Messages client.
+ANTHROPIC_ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
@@ -117,7 +119,7 @@ def messages_error(error: Mapping[str, Any]) -> SSEEvent:
     code: object = error.get("code")
     if isinstance(code, str) and code.isdigit():
         code = int(code)
-    kind = _ANTHROPIC_ERROR_TYPES.get(as_count(code) or 0, "api_error")
+    kind = ANTHROPIC_ERROR_TYPES.get(as_count(code) or 0, "api_error")
     message = as_str(error.get("message")) or "upstream error"
     return messages_event("error", error={"type": kind, "message": message})
 
