@@ -230,25 +230,18 @@ class _Forwarder:
         translator: StreamTranslator,
         recorder: CallRecorder | None,
     ) -> AsyncGenerator[bytes, None]:
+        # The upstream's chunks come through the pass-through reader, so a timeout, a broken
+        # stream and the release of the connection are handled in one place.
         decoder = SSEDecoder()
-        try:
-            async for chunk in upstream.content.iter_any():
-                if recorder is not None:
-                    recorder.first_byte(time.monotonic())
+        async with contextlib.aclosing(self._stream(upstream, recorder)) as chunks:
+            async for chunk in chunks:
                 out = [e for event in decoder.feed(chunk) for e in translator.feed(event)]
                 if out:
                     yield b"".join(encode_event(e) for e in out)
-            out = [e for event in decoder.flush() for e in translator.feed(event)]
-            out += translator.finish()
-            if out:
-                yield b"".join(encode_event(e) for e in out)
-        except TimeoutError:
-            if recorder is not None:
-                recorder.fail(CallFailure.TIMEOUT)
-        except aiohttp.ClientError as exc:
-            raise UpstreamBroke(str(exc)) from exc
-        finally:
-            upstream.release()
+        out = [e for event in decoder.flush() for e in translator.feed(event)]
+        out += translator.finish()
+        if out:
+            yield b"".join(encode_event(e) for e in out)
 
 
 def _json_response(body: bytes, status: int) -> Response:
