@@ -33,6 +33,19 @@ def _positive(text: str) -> int:
     return value
 
 
+def _overrides_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
+    )
+
+
+def _config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", action="append", default=[], metavar="FILE", help="YAML config (repeatable)"
+    )
+    _overrides_argument(parser)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollcap", description="Model-call capture for LLM agent evaluation and RL training."
@@ -48,12 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--model-type", required=True, help="openai_model, anthropic_model, ...")
     model.add_argument("--host", default="127.0.0.1")
     model.add_argument("--port", type=int, default=8000)
-    model.add_argument(
-        "--config", action="append", default=[], metavar="FILE", help="YAML config (repeatable)"
-    )
-    model.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
-    )
+    _config_arguments(model)
 
     env = commands.add_parser("env", help="run an evaluation environment")
     env_commands = env.add_subparsers(dest="env_command", required=True)
@@ -65,12 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--agent", help="default: the built-in agent of the resources server")
     start.add_argument("--host", default="127.0.0.1")
     start.add_argument("--head-port", type=int, default=11000)
-    start.add_argument(
-        "--config", action="append", default=[], metavar="FILE", help="YAML config (repeatable)"
-    )
-    start.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
-    )
+    _config_arguments(start)
 
     evaluation = commands.add_parser("eval", help="collect rollouts")
     eval_commands = evaluation.add_subparsers(dest="eval_command", required=True)
@@ -90,20 +93,13 @@ def _parser() -> argparse.ArgumentParser:
         "--head-url", help="with --no-serve: the head server (default 127.0.0.1:11000)"
     )
     run.add_argument("--head-port", type=int, default=11000, help="without --no-serve")
-    run.add_argument(
-        "--config", action="append", default=[], metavar="FILE", help="YAML config (repeatable)"
-    )
-    run.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
-    )
+    _config_arguments(run)
 
     submit = eval_commands.add_parser(
         "submit", help="run every benchmark of a driver config into its job directory"
     )
     submit.add_argument("-c", "--config", required=True, type=Path, metavar="DRIVER_YAML")
-    submit.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="key=value, +key=value or ++key=value"
-    )
+    _overrides_argument(submit)
 
     capture = commands.add_parser("capture", help="inspect a model-call capture directory")
     capture_commands = capture.add_subparsers(dest="capture_command", required=True)
