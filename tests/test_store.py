@@ -462,3 +462,79 @@ def test_an_interrupted_follower_strands_nobody(
     assert not leader.is_alive()
     assert not later.is_alive()
     assert [r["n"] for r in store.read("0-0")] == ["first", "leader", "later"]
+
+
+def test_append_many_writes_each_rollout_in_order_and_reports_each_failure(
+    tmp_path: Path,
+) -> None:
+    store = CaptureStore(tmp_path)
+    items: list[tuple[str, object]] = [
+        ("a", _record(0)),
+        ("b", _record(1)),
+        ("../x", _record(2)),  # refused: only this item fails
+        ("a", _record(3)),
+        ("b", ["not", "an", "object"]),
+        ("a", _record(5)),
+    ]
+    errors = store.append_many(items)  # type: ignore[arg-type]
+    assert [type(e).__name__ if e else None for e in errors] == [
+        None,
+        None,
+        "ValueError",
+        None,
+        "TypeError",
+        None,
+    ]
+    assert [r["model_call_id"] for r in store.read("a")] == [f"{n:032x}" for n in (0, 3, 5)]
+    assert [r["model_call_id"] for r in store.read("b")] == [f"{1:032x}"]
+    assert sorted(os.listdir(tmp_path)) == ["a.capture.jsonl", "b.capture.jsonl"]
+    store.close()
+
+
+def test_append_many_follows_a_file_cleared_under_it(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    store.append("a", _record(0))  # the descriptor is cached now
+    store.clear("a")  # unlinks the file: the cached descriptor is stale
+    assert store.append_many([("a", _record(1)), ("b", _record(2))]) == [None, None]
+    assert [r["model_call_id"] for r in store.read("a")] == [f"{1:032x}"]
+    store.close()
+
+
+def test_append_many_and_append_from_threads_never_interleave(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+
+    def batches(worker: int) -> None:
+        for n in range(50):
+            items = [(f"r{k}", _record(worker * 1000 + n, pad="x" * 5000)) for k in range(4)]
+            assert store.append_many(items) == [None] * 4  # type: ignore[arg-type]
+
+    def singles(worker: int) -> None:
+        for n in range(50):
+            store.append(f"r{n % 4}", _record(worker * 1000 + n, pad="y" * 5000))
+
+    threads = [threading.Thread(target=batches, args=(w,)) for w in range(3)]
+    threads += [threading.Thread(target=singles, args=(w,)) for w in range(3, 6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total = sum(len(store.read(f"r{k}")) for k in range(4))  # strict: every line parses
+    assert total == 3 * 50 * 4 + 3 * 50
+    store.close()
+
+
+def test_a_store_for_another_file_kind_keeps_to_its_suffixes(tmp_path: Path) -> None:
+    ledger = CaptureStore(tmp_path, suffix=".tokens.jsonl", marker_suffix=".tokens.incomplete")
+    ledger.append("a", {"k": 1})
+    ledger.mark_incomplete("a")
+    CaptureStore(tmp_path).append("b", _record(0))
+    assert sorted(os.listdir(tmp_path)) == [
+        "a.tokens.incomplete",
+        "a.tokens.jsonl",
+        "b.capture.jsonl",
+    ]
+    assert ledger.rollout_ids() == ["a"]
+    assert ledger.read("a") == [{"k": 1}]
+    with pytest.raises(ValueError, match="suffix"):
+        CaptureStore(tmp_path, suffix=".x", marker_suffix=".x")
+    ledger.close()

@@ -24,7 +24,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +174,15 @@ class _Pending:
         self.wake.acquire()
 
 
+@dataclass(frozen=True, slots=True)
+class _Sync:
+    """A leader's batch after its write: what its sync must settle."""
+
+    fd: int
+    batch: list[_Pending]
+    outcome: bool | BaseException
+
+
 class CaptureStore:
     """The capture directory. Ids are validated before any path is built from them.
 
@@ -181,10 +190,22 @@ class CaptureStore:
     ``close()``, or leaving a ``with`` block, closes them, and a later append reopens.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, max_open: int = 256) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        max_open: int = 256,
+        suffix: str = CAPTURE_SUFFIX,
+        marker_suffix: str = INCOMPLETE_SUFFIX,
+    ) -> None:
         if max_open < 1:
             raise ValueError("max_open must be at least 1")
+        if suffix == marker_suffix or not suffix.startswith(".") or "/" in suffix + marker_suffix:
+            raise ValueError(f"bad file suffixes {suffix!r}, {marker_suffix!r}")
         self.directory = Path(directory)
+        # Other per-rollout JSONL files (the token ledger) reuse the same durable appends.
+        self._suffix = suffix
+        self._marker_suffix = marker_suffix
         # Appends build paths as strings: pathlib costs more than the syscalls of an append.
         self._prefix = os.path.join(os.fspath(directory), "")
         self._max_open = max_open
@@ -227,10 +248,10 @@ class CaptureStore:
         return Path(self._file(rollout_id))
 
     def _file(self, rollout_id: str) -> str:
-        return self._prefix + validate_rollout_id(rollout_id) + CAPTURE_SUFFIX
+        return self._prefix + validate_rollout_id(rollout_id) + self._suffix
 
     def marker_for(self, rollout_id: str) -> Path:
-        return self.directory / (validate_rollout_id(rollout_id) + INCOMPLETE_SUFFIX)
+        return self.directory / (validate_rollout_id(rollout_id) + self._marker_suffix)
 
     def _ensure_directory(self) -> None:
         # mkdir's mode is masked by the umask, which is what a user expects for parents; the
@@ -301,8 +322,67 @@ class CaptureStore:
             if outcome is not False:
                 raise outcome
 
-    def _commit(self, handle: _Handle, pending: _Pending) -> bool | BaseException:
-        """Have ``pending`` written and synced, by leading a batch or by following; its outcome."""
+    def append_many(
+        self, items: Sequence[tuple[str, RawRecord | Mapping[str, Any]]]
+    ) -> list[BaseException | None]:
+        """Append records of many rollouts durably: each file is written, then all are synced.
+
+        For a single writer thread serving many calls: the syncs follow all the writes, so the
+        filesystem commits the batch's size changes in one journal commit instead of one per
+        file. Returns each item's failure, or None once its line is written and synced.
+        """
+        results: list[BaseException | None] = [None] * len(items)
+        groups: dict[str, list[int]] = {}
+        lines: list[bytes] = [b""] * len(items)
+        for index, (rollout_id, record) in enumerate(items):
+            try:
+                path = self._file(rollout_id)
+                lines[index] = _encode_line(record)
+            except Exception as exc:
+                results[index] = exc
+                continue
+            groups.setdefault(path, []).append(index)
+        deferred: list[tuple[str, list[int], _Handle, _Pending, _Sync]] = []
+        retry: list[tuple[str, list[int]]] = []
+        for path, indexes in groups.items():
+            pending = _Pending(b"".join([lines[i] for i in indexes]))
+            handle = self._checkout(path)
+            outcome = self._commit(handle, pending, defer=True)
+            if isinstance(outcome, _Sync):
+                deferred.append((path, indexes, handle, pending, outcome))
+            elif outcome is True:
+                continue
+            else:
+                self._drop(path, handle)
+                if outcome is False:
+                    retry.append((path, indexes))
+                else:
+                    for i in indexes:
+                        results[i] = outcome
+        for path, indexes, handle, pending, sync in deferred:
+            outcome = self._finish(handle, pending, sync)
+            if outcome is not True:
+                self._drop(path, handle)
+                if outcome is False:
+                    retry.append((path, indexes))
+                else:
+                    for i in indexes:
+                        results[i] = outcome
+        for _path, indexes in retry:  # the file went away under us: one by one, as append does
+            for i in indexes:
+                try:
+                    self.append(items[i][0], items[i][1])
+                except Exception as exc:
+                    results[i] = exc
+        return results
+
+    def _commit(
+        self, handle: _Handle, pending: _Pending, *, defer: bool = False
+    ) -> bool | BaseException | _Sync:
+        """Have ``pending`` written and synced, by leading a batch or by following; its outcome.
+
+        ``defer``: a leader returns after the write, and ``_finish`` syncs.
+        """
         try:
             with handle.lock:
                 handle.queue.append(pending)
@@ -315,11 +395,12 @@ class CaptureStore:
             raise
         if not pending.lead:
             return _own(pending.outcome)
-        return self._lead(handle, pending)
+        sync = self._lead(handle)
+        return sync if defer else self._finish(handle, pending, sync)
 
-    def _lead(self, handle: _Handle, own: _Pending) -> bool | BaseException:
+    def _lead(self, handle: _Handle) -> _Sync:
         # Failures, KeyboardInterrupt included, are caught until the lead is passed on and every
-        # follower is woken: a leader that left early would leave them waiting for ever.
+        # follower is woken (by ``_finish``): a leader that left early would leave them waiting.
         with handle.lock:
             batch, handle.queue = handle.queue, []
             fd = handle.fd  # -1: closed between our checkout and now; the lines go elsewhere
@@ -338,11 +419,17 @@ class CaptureStore:
             unused = handle.take_unused_fd()
         if successor is not None:
             successor.wake.release()
+        if unused >= 0:
+            os.close(unused)
+        return _Sync(fd, batch, outcome)
+
+    def _finish(self, handle: _Handle, own: _Pending, sync: _Sync) -> bool | BaseException:
+        outcome = sync.outcome
         if outcome is True:
             # Syncing without the lead lets the next batch be written meanwhile, and the
             # filesystem folds syncs that overlap into one journal commit.
             try:
-                os.fsync(fd)
+                os.fsync(sync.fd)
             except BaseException as exc:
                 outcome = exc
             with handle.lock:
@@ -350,9 +437,9 @@ class CaptureStore:
                 if outcome is not True:
                     handle.retired = True
                 unused = handle.take_unused_fd()
-        if unused >= 0:
-            os.close(unused)
-        for pending in batch:
+            if unused >= 0:
+                os.close(unused)
+        for pending in sync.batch:
             pending.outcome = outcome
             if pending is not own:
                 pending.wake.release()
@@ -454,9 +541,7 @@ class CaptureStore:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             return []
-        return sorted(
-            name[: -len(CAPTURE_SUFFIX)] for name in names if name.endswith(CAPTURE_SUFFIX)
-        )
+        return sorted(name[: -len(self._suffix)] for name in names if name.endswith(self._suffix))
 
 
 def _own(outcome: bool | BaseException) -> bool | BaseException:

@@ -452,10 +452,10 @@ async def test_permission_denied_is_logged_and_the_call_still_served(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def denied(self: CaptureStore, rollout_id: str, record: object) -> None:
-        raise PermissionError(13, "Permission denied", str(self.path_for(rollout_id)))
+    def denied(self: CaptureStore, handle: object, fd: int, batch: object) -> bool:
+        raise PermissionError(13, "Permission denied", "p.capture.jsonl")
 
-    monkeypatch.setattr(CaptureStore, "append", denied)
+    monkeypatch.setattr(CaptureStore, "_write", denied)
     caplog.set_level(logging.ERROR, logger="rollcap")
     async with (
         model_server(settings_for(upstream.url, tmp_path)) as url,

@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect
 from rollcap.records import new_model_call_id
 from rollcap.routing import ROLLOUT_PREFIX, SCOPE_ROLLOUT_ID_KEY, split_prefix
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock
+from rollcap.server._writer import RecordWriter
 from rollcap.store import CaptureStore
 
 __all__ = ["DIALECT_ROUTES", "RECORDER_KEY", "CaptureMiddleware", "CaptureState", "UpstreamBroke"]
@@ -66,6 +67,7 @@ class CaptureState:
 
     server_name: str
     store: CaptureStore | None  # None: capture off
+    writer: RecordWriter | None = None  # set with store
     captured: int = 0
     uncorrelated: int = 0
     capture_failures: int = 0
@@ -139,7 +141,9 @@ class CaptureMiddleware:
         if self.state.store is None:
             await self.app(scope, receive, send)
             return
-        await self._capture(scope, receive, send, rollout_id, dialect, self.state.store)
+        if self.state.writer is None:
+            self.state.writer = RecordWriter(self.state.store)
+        await self._capture(scope, receive, send, rollout_id, dialect, self.state.writer)
 
     async def _capture(
         self,
@@ -148,7 +152,7 @@ class CaptureMiddleware:
         send: Send,
         rollout_id: str,
         dialect: str,
-        store: CaptureStore,
+        writer: RecordWriter,
     ) -> None:
         session_id = None
         for name, value in scope.get("headers", ()):
@@ -203,7 +207,7 @@ class CaptureMiddleware:
                     held.append(message)
                 return
             recorder.finish(_now())
-            await self._write(store, rollout_id, recorder)
+            await self._write(writer, rollout_id, recorder)
             for earlier in held:
                 await send(earlier)
             held.clear()
@@ -221,17 +225,17 @@ class CaptureMiddleware:
                 else:
                     failure = CallFailure.EXCEPTION
                 recorder.finish(_now(), failure)
-                await self._write(store, rollout_id, recorder)
+                await self._write(writer, rollout_id, recorder)
             raise
         if not recorder.finished:
             # The app returned without finishing the body: the client went away (a streaming
             # response stops when it hears the disconnect) or the app never answered.
             failure = CallFailure.CANCELLED if client_gone else CallFailure.EXCEPTION
             recorder.finish(_now(), failure)
-            await self._write(store, rollout_id, recorder)
+            await self._write(writer, rollout_id, recorder)
 
-    async def _write(self, store: CaptureStore, rollout_id: str, recorder: CallRecorder) -> None:
-        """Build the record, make it durable in a thread; a failure is logged, never raised.
+    async def _write(self, writer: RecordWriter, rollout_id: str, recorder: CallRecorder) -> None:
+        """Build the record, make it durable in the writer thread; a failure is logged only.
 
         Shielded: a client that goes away must not cancel the write of its own call's record.
         """
@@ -241,7 +245,7 @@ class CaptureMiddleware:
                 # worker thread holding it makes the event loop wait for it back
                 # (bench/proxy.py: streams +10-15% calls/s this way).
                 record = recorder.record()
-                await anyio.to_thread.run_sync(store.append, rollout_id, record)
+                await writer.append(rollout_id, record)
             except Exception as exc:
                 self.state.capture_failures += 1
                 log.error(
@@ -252,7 +256,7 @@ class CaptureMiddleware:
                     getattr(exc, "strerror", None) or exc,
                 )
                 try:
-                    await anyio.to_thread.run_sync(store.mark_incomplete, rollout_id)
+                    await anyio.to_thread.run_sync(writer.store.mark_incomplete, rollout_id)
                 except Exception as marker_exc:
                     log.error(
                         "could not leave the incomplete marker for rollout %s: %s",

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from rollcap.server._writer import RecordWriter
+from rollcap.store import CaptureStore
+from tests.test_records import SPEC_RECORD
+
+
+def _record(n: int) -> dict[str, object]:
+    return {**SPEC_RECORD, "model_call_id": f"{n:032x}"}
+
+
+async def test_concurrent_appends_are_durable_when_awaited_and_batched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path)
+    batch_sizes: list[int] = []
+    real = store.append_many
+
+    def spy(items):  # type: ignore[no-untyped-def]
+        batch_sizes.append(len(items))
+        return real(items)
+
+    monkeypatch.setattr(store, "append_many", spy)
+    writer = RecordWriter(store)
+
+    async def one(n: int) -> None:
+        await writer.append(f"r{n % 8}", _record(n))
+        # Awaited means written: the line is in the file now.
+        ids = [r["model_call_id"] for r in store.read(f"r{n % 8}")]
+        assert f"{n:032x}" in ids
+
+    await asyncio.gather(*(one(n) for n in range(200)))
+    assert sum(batch_sizes) == 200
+    assert len(batch_sizes) < 200  # calls that finished together shared a batch
+    assert sum(len(store.read(f"r{k}")) for k in range(8)) == 200
+    writer.close()
+    store.close()
+
+
+async def test_a_failed_write_raises_in_its_own_caller_only(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    writer = RecordWriter(store)
+    results = await asyncio.gather(
+        writer.append("good", _record(1)),
+        writer.append("bad/id", _record(2)),
+        return_exceptions=True,
+    )
+    assert results[0] is None
+    assert isinstance(results[1], ValueError)
+    assert len(store.read("good")) == 1
+    writer.close()
+
+
+async def test_close_writes_what_is_queued_and_a_later_append_starts_again(
+    tmp_path: Path,
+) -> None:
+    store = CaptureStore(tmp_path)
+    writer = RecordWriter(store)
+    await writer.append("a", _record(1))
+    await asyncio.to_thread(writer.close)
+    assert not any(t.name == "rollcap-record-writer" for t in threading.enumerate())
+    await writer.append("a", _record(2))
+    assert len(store.read("a")) == 2
+    writer.close()
+
+
+async def test_a_cancelled_waiter_does_not_lose_the_record(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    writer = RecordWriter(store)
+    task = asyncio.ensure_future(writer.append("a", _record(1)))
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await asyncio.to_thread(writer.close)  # drains the queue
+    assert len(store.read("a")) == 1
