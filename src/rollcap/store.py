@@ -319,7 +319,7 @@ class CaptureStore:
                 return
             # After a failure the descriptor's state is unknown; after False it is stale.
             self._drop(path, handle)
-            if outcome is not False:
+            if isinstance(outcome, BaseException):
                 raise outcome
 
     def append_many(
