@@ -12,10 +12,16 @@ PUBLIC = {
     "HEADER_DELAY_MS",
     "HEADER_EVENTS",
     "HEADER_SCENARIO",
+    "PREFIX_IDS_FIELD",
     "SCENARIOS",
     "FakeUpstream",
     "ReceivedRequest",
+    "assistant_body",
+    "decode",
+    "encode",
     "expected_response",
+    "fake_logprob",
+    "render_prompt",
 }
 
 
@@ -32,6 +38,7 @@ def test_header_names_and_scenarios() -> None:
     assert rollcap.testing.HEADER_DELAY_MS == "x-fake-delay-ms"
     assert rollcap.testing.HEADER_CHUNK_DELAY_MS == "x-fake-chunk-delay-ms"
     assert rollcap.testing.HEADER_CACHED_TOKENS == "x-fake-cached-tokens"
+    assert rollcap.testing.PREFIX_IDS_FIELD == "required_prefix_token_ids"
     assert set(rollcap.testing.SCENARIOS) == {
         "text",
         "tool",

@@ -35,6 +35,20 @@ Any scenario also takes ``x-fake-delay-ms`` (before the first byte), ``x-fake-ch
 The same request gets the same ids and timestamps, streamed or not, and the non-streamed answer
 is exactly what ``rollcap.dialects.reassemble`` rebuilds from the stream (chat: with
 ``stream_options.include_usage``). ``expected_response`` gives it without a server.
+
+Token ids, as vLLM returns them: a chat request with ``"return_token_ids": true`` also gets the
+top-level ``prompt_token_ids`` and ``choices[0].token_ids`` (the generated ids), and with
+``"logprobs": true`` one ``choices[0].logprobs.content`` entry per generated id (``token`` is
+``"token_id:N"`` with ``"return_tokens_as_token_ids": true``, else the id's text; ``top_logprobs``
+is always empty). Streamed, each chunk's choice carries its share of ``token_ids`` (and of the
+logprobs) and the first chunk the ``prompt_token_ids``. Usage then counts ids. The ids come from a
+byte-level fake tokenizer (1 starts a message, 2 ends one, byte ``b`` is ``b + 3``):
+``render_prompt(messages)`` gives the prompt ids, the generated ids are ``encode(body) + [2]`` for
+the answer's ``assistant_body``, ``decode`` turns ids back into text (leaving out the special ids)
+and ``fake_logprob(id, position)`` is each generated id's logprob. Sending an answer back as the
+next assistant message makes the next prompt start with this prompt plus the generated ids. The
+request field ``PREFIX_IDS_FIELD`` pins the prompt's start: its ids, then the messages after the
+last assistant message. Without ``return_token_ids`` nothing of this appears.
 """
 
 from rollcap.testing._scenarios import (
@@ -49,6 +63,14 @@ from rollcap.testing._scenarios import (
     expected_response,
 )
 from rollcap.testing._server import FakeUpstream, ReceivedRequest
+from rollcap.testing._tokens import (
+    PREFIX_IDS_FIELD,
+    assistant_body,
+    decode,
+    encode,
+    fake_logprob,
+    render_prompt,
+)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -58,8 +80,14 @@ __all__ = [
     "HEADER_DELAY_MS",
     "HEADER_EVENTS",
     "HEADER_SCENARIO",
+    "PREFIX_IDS_FIELD",
     "SCENARIOS",
     "FakeUpstream",
     "ReceivedRequest",
+    "assistant_body",
+    "decode",
+    "encode",
     "expected_response",
+    "fake_logprob",
+    "render_prompt",
 ]

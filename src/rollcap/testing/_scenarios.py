@@ -14,6 +14,12 @@ Determinism: ids and timestamps come from a hash of the request body with ``stre
 answer is exactly what ``rollcap.dialects.reassemble`` rebuilds from the streamed answer to the same
 request (for chat, when the stream asked for usage with ``stream_options.include_usage``).
 
+Token ids: a chat request with ``"return_token_ids": true`` also gets vLLM's token fields, from
+the fake tokenizer in ``_tokens`` (``Plan.tokens``), and its usage counts those ids (no reasoning
+tokens: the reasoning is not among them). ``reassemble`` rebuilds neither ``prompt_token_ids``
+nor ``token_ids`` from a stream and adds ``"refusal": null`` to the logprobs; apart from that the
+equality above holds for such a request too.
+
 Token counts: ``input`` is ceil(chars / 4) of the request's text (the string values of ``input`` and
 ``instructions``, of ``messages``, and of ``system``; ``role`` and ``type`` values left out), at
 least 1. Half of it (or ``x-fake-cached-tokens``) is reported as cached. ``output`` is ceil(chars /
@@ -38,6 +44,7 @@ import orjson
 
 from rollcap.dialects._base import as_dict, as_str
 from rollcap.sse import SSEEvent, encode_event
+from rollcap.testing import _tokens as tokenizer
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -56,6 +63,7 @@ __all__ = [
     "PlannedUsage",
     "Reply",
     "ReplyKind",
+    "TokenPlan",
     "ToolPlan",
     "answer",
     "error_reply",
@@ -206,6 +214,14 @@ class ToolPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenPlan:
+    """Token ids for a chat request that asked for ``return_token_ids`` (see ``_tokens``)."""
+
+    prompt: tuple[int, ...]
+    generated: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """One answer, dialect-neutral: what the model says and how a stream splits it."""
 
@@ -219,6 +235,7 @@ class Plan:
     tool: ToolPlan | None
     finish: Finish
     usage: PlannedUsage
+    tokens: TokenPlan | None = None
 
     def ident(self, label: str, length: int) -> str:
         """A stable id fragment of ``length`` hex digits for this answer."""
@@ -331,7 +348,11 @@ def _sample_arguments(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def plan_answer(dialect: str, body: Mapping[str, Any], knobs: Knobs) -> Plan:
-    """Decide the answer to ``body``: text, reasoning, tool call, finish and token counts."""
+    """Decide the answer to ``body``: text, reasoning, tool call, finish and token counts.
+
+    A chat request with ``"return_token_ids": true`` also gets its token ids (``Plan.tokens``),
+    and its usage counts them; ``KnobError`` when its messages cannot be tokenized.
+    """
     seed = _seed(dialect, body)
     text: str | None
     text, text_pieces = _answer_text(knobs)
@@ -355,17 +376,24 @@ def plan_answer(dialect: str, body: Mapping[str, Any], knobs: Knobs) -> Plan:
         text_pieces = text_pieces[: (len(text_pieces) + 1) // 2]
         text, finish = "".join(text_pieces), Finish.LENGTH
 
-    input_chars = sum(
-        _text_chars(body.get(key)) for key in ("input", "instructions", "messages", "system")
-    )
-    input_tokens = max(1, _tokens(input_chars))
+    tokens = _token_plan(body, text, tool) if dialect == "chat" else None
+    if tokens is not None:
+        # Counted in ids; the reasoning is not among the generated ids.
+        input_tokens, reasoning_tokens = len(tokens.prompt), 0
+        output_tokens = len(tokens.generated)
+    else:
+        input_chars = sum(
+            _text_chars(body.get(key)) for key in ("input", "instructions", "messages", "system")
+        )
+        input_tokens = max(1, _tokens(input_chars))
+        answer_chars = len(text or "") + (len(tool.arguments) if tool is not None else 0)
+        reasoning_tokens = _tokens(len(reasoning)) if reasoning else 0
+        output_tokens = max(1, _tokens(answer_chars)) + reasoning_tokens
     cached = input_tokens // 2 if knobs.cached_tokens is None else knobs.cached_tokens
-    answer_chars = len(text or "") + (len(tool.arguments) if tool is not None else 0)
-    reasoning_tokens = _tokens(len(reasoning)) if reasoning else 0
     usage = PlannedUsage(
         input_tokens=input_tokens,
         cached_tokens=min(cached, input_tokens),
-        output_tokens=max(1, _tokens(answer_chars)) + reasoning_tokens,
+        output_tokens=output_tokens,
         reasoning_tokens=reasoning_tokens,
     )
     model = as_str(body.get("model")) or DEFAULT_MODEL
@@ -380,7 +408,36 @@ def plan_answer(dialect: str, body: Mapping[str, Any], knobs: Knobs) -> Plan:
         tool=tool,
         finish=finish,
         usage=usage,
+        tokens=tokens,
     )
+
+
+def _token_plan(
+    body: Mapping[str, Any], text: str | None, tool: ToolPlan | None
+) -> TokenPlan | None:
+    """The token ids of a chat request with ``"return_token_ids": true``, else ``None``.
+
+    Raises ``KnobError`` when the messages or the pinned prefix cannot be tokenized.
+    """
+    if body.get("return_token_ids") is not True:
+        return None
+    pinned = body.get(tokenizer.PREFIX_IDS_FIELD)
+    if pinned is not None and not (
+        isinstance(pinned, list)
+        and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in pinned)
+    ):
+        raise KnobError(f"{tokenizer.PREFIX_IDS_FIELD} must be null or a list of token ids")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise KnobError("messages must be a list to return token ids")
+    try:
+        prompt = tokenizer.render_prompt(messages, prefix_ids=pinned)
+    except ValueError as exc:
+        raise KnobError(f"messages cannot be tokenized: {exc}") from None
+    answer_body = text or ""
+    if tool is not None:
+        answer_body += tokenizer.tool_call_text(tool.name, tool.arguments)
+    return TokenPlan(tuple(prompt), tuple(tokenizer.generated_ids(answer_body)))
 
 
 # --- replies -------------------------------------------------------------------------------------
@@ -792,6 +849,15 @@ class _Chat(_Renderer):
     def _call_id(self, plan: Plan) -> str:
         return f"call_{plan.ident('call', 24)}"
 
+    def _logprobs(
+        self, body: Mapping[str, Any], ids: Sequence[int], start: int
+    ) -> dict[str, Any] | None:
+        """The ``logprobs`` of a choice carrying generated ``ids`` from position ``start``."""
+        if body.get("logprobs") is not True or not ids:
+            return None
+        as_token_ids = body.get("return_tokens_as_token_ids") is True
+        return {"content": tokenizer.logprob_entries(ids, start=start, as_token_ids=as_token_ids)}
+
     def final(self, plan: Plan, body: Mapping[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": plan.text, "refusal": None}
         if plan.reasoning is not None:
@@ -804,34 +870,72 @@ class _Chat(_Renderer):
                     "function": {"name": plan.tool.name, "arguments": plan.tool.arguments},
                 }
             ]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": _CHAT_FINISH[plan.finish],
+        }
+        tokens: dict[str, Any] = {}
+        if plan.tokens is not None:
+            choice["logprobs"] = self._logprobs(body, plan.tokens.generated, 0)
+            choice["token_ids"] = list(plan.tokens.generated)
+            tokens["prompt_token_ids"] = list(plan.tokens.prompt)
         return {
             **self._top(plan),
             "object": "chat.completion",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": _CHAT_FINISH[plan.finish],
-                }
-            ],
+            "choices": [choice],
             "usage": self._usage(plan),
             **self._extras(plan),
+            **tokens,
         }
+
+    def _chunk_ids(self, plan: Plan) -> list[list[int]]:
+        """The generated ids each chunk of the stream carries, in the order of ``frames``."""
+        ids: list[list[int]] = [[]]  # the first chunk: the role (and the tool call's name)
+        ids.extend([] for _ in plan.reasoning_pieces)
+        ids.extend(tokenizer.encode(piece) for piece in plan.text_pieces)
+        finish = [tokenizer.END_ID]
+        if plan.tool is not None and plan.tool.pieces:
+            # The call's text around its arguments goes with the first and last argument pieces.
+            head, tail = tokenizer.tool_call_parts(plan.tool.name)
+            pieces = [tokenizer.encode(piece) for piece in plan.tool.pieces]
+            pieces[0][:0] = tokenizer.encode(head)
+            pieces[-1].extend(tokenizer.encode(tail))
+            ids.extend(pieces)
+        elif plan.tool is not None:  # no argument deltas: the whole call goes with the finish
+            finish[:0] = tokenizer.encode(
+                tokenizer.tool_call_text(plan.tool.name, plan.tool.arguments)
+            )
+        ids.append(finish)
+        return ids
 
     def frames(self, plan: Plan, body: Mapping[str, Any]) -> list[Frame]:
         include_usage = as_dict(body.get("stream_options")).get("include_usage") is True
         top = {**self._top(plan), "object": "chat.completion.chunk", **self._extras(plan)}
+        # With token ids: each chunk's share of the generated ids, the prompt on the first chunk.
+        chunk_ids = iter(self._chunk_ids(plan)) if plan.tokens is not None else None
+        position, opening = 0, True
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> Frame:
-            data: dict[str, Any] = {
-                **top,
-                "choices": [
-                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-                ],
+            nonlocal position, opening
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish,
             }
+            data: dict[str, Any] = {**top, "choices": [choice]}
             if include_usage:
                 data["usage"] = None
+            if plan.tokens is not None and chunk_ids is not None:
+                ids = next(chunk_ids)
+                choice["logprobs"] = self._logprobs(body, ids, position)
+                choice["token_ids"] = ids
+                if opening:
+                    data["prompt_token_ids"] = list(plan.tokens.prompt)
+                position += len(ids)
+            opening = False
             return (None, data)
 
         first: dict[str, Any] = {"role": "assistant", "content": "", "refusal": None}
@@ -993,7 +1097,10 @@ def _scenario_reply(dialect: str, body: Mapping[str, Any], knobs: Knobs, request
     if status is not None:
         return error_reply(dialect, status, request_id)
     renderer = _RENDERERS[dialect]
-    plan = plan_answer(dialect, body, knobs)
+    try:
+        plan = plan_answer(dialect, body, knobs)
+    except KnobError as exc:
+        return error_reply(dialect, 400, request_id, str(exc))
     if body.get("stream") is not True:
         if scenario == "stream_error":
             # Without a stream, failing mid-generation is an error status.
