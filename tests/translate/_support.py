@@ -32,6 +32,26 @@ MESSAGES_REQUEST: dict[str, Any] = {
     "messages": [{"role": "user", "content": "hi"}],
     "stop_sequences": ["END", "###"],
 }
+# A plain tool beside a namespace of two: the chat side sees weather, crm__lookup and crm__update.
+CRM_NAMESPACE: dict[str, Any] = {
+    "type": "namespace",
+    "name": "crm",
+    "description": "Customer records.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "lookup",
+            "description": "Find a customer.",
+            "parameters": {"type": "object", "properties": {"email": {"type": "string"}}},
+        },
+        {"type": "function", "name": "update", "parameters": {"type": "object"}, "strict": True},
+    ],
+}
+NAMESPACED_REQUEST: dict[str, Any] = {
+    "model": "policy",
+    "input": "hi",
+    "tools": [{"type": "function", "name": "weather", "parameters": {}}, CRM_NAMESPACE],
+}
 RESPONSE_ID = "resp_0123abcd"
 CREATED_AT = 1_732_000_000
 MESSAGE_ID = "msg_0123abcd"
@@ -250,6 +270,15 @@ def answers(draw: st.DrawFn) -> Answer:
         usage=draw(st.none() | _usage),
         second_choice=draw(st.booleans()),
     )
+
+
+@st.composite
+def namespaced_answers(draw: st.DrawFn) -> Answer:
+    """``answers()`` whose tool calls name ``NAMESPACED_REQUEST``'s tools, joined names or not."""
+    answer = draw(answers())
+    names = st.sampled_from(["crm__lookup", "crm__update", "weather", "crm__missing", "crm"])
+    answer.tools = [(call_id, draw(names), pieces) for call_id, _name, pieces in answer.tools]
+    return answer
 
 
 # --- SDK clients over canned bytes ---------------------------------------------------------------

@@ -14,6 +14,7 @@ from rollcap.translate import (
     chat_response_to_messages,
     chat_response_to_responses,
 )
+from tests.translate._support import NAMESPACED_REQUEST
 
 
 def _chat(message: dict[str, Any], finish: str | None = "stop", **top: Any) -> dict[str, Any]:
@@ -132,6 +133,55 @@ def test_responses_full_object() -> None:
     assert [call.to_dict() for call in normalized.tool_calls] == [
         {"call_id": "chatcmpl-tool-1", "name": "weather", "arguments": {"city": "Paris"}}
     ]
+
+
+def _call(call_id: str, name: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def test_responses_namespaced_tool_calls() -> None:
+    chat = _chat(
+        {
+            "content": None,
+            "tool_calls": [
+                _call("c1", "crm__lookup"),
+                _call("c2", "weather"),
+                _call("c3", "crm__missing"),
+                _call("c4", "crm__update"),
+            ],
+        },
+        "tool_calls",
+    )
+    response = _responses(chat, NAMESPACED_REQUEST)
+    assert response["output"] == [
+        {
+            "id": f"fc_abc_{n}",
+            "type": "function_call",
+            "status": "completed",
+            "arguments": "{}",
+            "call_id": f"c{n + 1}",
+            **names,
+        }
+        for n, names in enumerate(
+            [
+                {"name": "lookup", "namespace": "crm"},
+                {"name": "weather"},
+                {"name": "crm__missing"},
+                {"name": "update", "namespace": "crm"},
+            ]
+        )
+    ]
+    # The echo is the request's tools as the client gave them, namespace and all.
+    assert response["tools"] == NAMESPACED_REQUEST["tools"]
+    # Without the request's namespaces the joined name is just a name.
+    plain = _responses(chat)
+    assert [item["name"] for item in plain["output"]] == [
+        "crm__lookup",
+        "weather",
+        "crm__missing",
+        "crm__update",
+    ]
+    assert all("namespace" not in item for item in plain["output"])
 
 
 def test_responses_status_and_usage_rules() -> None:

@@ -15,6 +15,7 @@ PUBLIC = {
     "chat_response_to_messages",
     "chat_response_to_responses",
     "messages_request_to_chat",
+    "namespaced_tool_names",
     "render_sse",
     "responses_request_to_chat",
 }

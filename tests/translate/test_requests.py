@@ -5,8 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rollcap.translate import messages_request_to_chat, responses_request_to_chat
+from rollcap.translate import (
+    messages_request_to_chat,
+    namespaced_tool_names,
+    responses_request_to_chat,
+)
+from tests.translate._support import CRM_NAMESPACE, NAMESPACED_REQUEST
 
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
 
@@ -294,6 +301,245 @@ def test_responses_non_function_tools_are_all_named() -> None:
         )
     assert "tools[1] ('web_search')" in str(info.value)
     assert "tools[2] ('file_search')" in str(info.value)
+
+
+def test_responses_namespace_tools_are_flattened_with_joined_names() -> None:
+    chat = responses_request_to_chat(
+        {**NAMESPACED_REQUEST, "tool_choice": {"type": "function", "name": "crm__lookup"}}
+    )
+    lookup = CRM_NAMESPACE["tools"][0]
+    assert chat["tools"] == [
+        {"type": "function", "function": {"name": "weather", "parameters": {}}},
+        {
+            "type": "function",
+            "function": {
+                "name": "crm__lookup",
+                "description": "Find a customer.",
+                "parameters": lookup["parameters"],
+            },
+        },
+        {
+            "type": "function",
+            "function": {"name": "crm__update", "parameters": {"type": "object"}, "strict": True},
+        },
+    ]
+    # The API's function tool_choice has no namespace field: the chat name is what forces it.
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "crm__lookup"}}
+    assert namespaced_tool_names(NAMESPACED_REQUEST) == {
+        "crm__lookup": ("crm", "lookup"),
+        "crm__update": ("crm", "update"),
+    }
+    # Every joined name the table holds is a tool the upstream was offered, and no other.
+    offered = {tool["function"]["name"] for tool in chat["tools"]}
+    assert set(namespaced_tool_names(NAMESPACED_REQUEST)) == offered - {"weather"}
+
+
+def test_responses_namespaced_function_calls_in_history() -> None:
+    request = {
+        **NAMESPACED_REQUEST,
+        "input": [
+            {"role": "user", "content": "Who is a@b.c? And the weather?"},
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "namespace": "crm",
+                "name": "lookup",
+                "arguments": '{"email": "a@b.c"}',
+            },
+            {
+                "type": "function_call",
+                "call_id": "c2",
+                "namespace": None,
+                "name": "weather",
+                "arguments": "{}",
+            },
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "namespace": "crm",
+                "name": "lookup",
+                "output": "Ada",
+            },
+            {"type": "function_call_output", "call_id": "c2", "output": "sunny"},
+        ],
+    }
+    assert responses_request_to_chat(request)["messages"] == [
+        {"role": "user", "content": "Who is a@b.c? And the weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "crm__lookup", "arguments": '{"email": "a@b.c"}'},
+                },
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": "{}"},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "Ada"},
+        {"role": "tool", "tool_call_id": "c2", "content": "sunny"},
+    ]
+
+
+def _namespace(name: object, *tools: object) -> dict[str, Any]:
+    return {"type": "namespace", "name": name, "description": "d", "tools": list(tools)}
+
+
+_LOOKUP = {"type": "function", "name": "lookup"}
+
+
+@pytest.mark.parametrize(
+    ("tools", "field", "names"),
+    [
+        ([_namespace("", _LOOKUP)], "tools[0].name", None),
+        ([_namespace(None, _LOOKUP)], "tools[0].name", None),
+        ([{"type": "namespace", "name": "crm"}], "tools[0].tools", None),
+        ([_namespace("crm", "lookup")], "tools[0].tools[0]", None),
+        ([_namespace("crm", {"type": "function"})], "tools[0].tools[0].name", None),
+        (
+            [_namespace("crm", {"type": "function", "name": "f", "parameters": []})],
+            "tools[0].tools[0].parameters",
+            {"crm__f": ("crm", "f")},
+        ),
+        # A joined name that another tool already has, whichever comes first.
+        (
+            [{"type": "function", "name": "crm__lookup"}, _namespace("crm", _LOOKUP)],
+            "tools[1].tools[0].name",
+            {},
+        ),
+        (
+            [_namespace("crm", _LOOKUP), {"type": "function", "name": "crm__lookup"}],
+            "tools[0].tools[0].name",
+            {},
+        ),
+        (
+            [
+                _namespace("crm", _LOOKUP),
+                {"type": "function", "function": {"name": "crm__lookup"}},
+            ],
+            "tools[0].tools[0].name",
+            {},
+        ),
+        (
+            [
+                _namespace("a", {"type": "function", "name": "b__c"}),
+                _namespace(
+                    "a__b",
+                    {
+                        "type": "function",
+                        "name": "c",
+                    },
+                ),
+            ],
+            "tools[1].tools[0].name",
+            {},
+        ),
+        (
+            [_namespace("crm", _LOOKUP, _LOOKUP)],
+            "tools[0].tools[1].name",
+            {},
+        ),
+    ],
+)
+def test_responses_bad_namespace_tools_name_the_field(
+    tools: list[Any], field: str, names: dict[str, tuple[str, str]] | None
+) -> None:
+    with pytest.raises(ValueError, match=rf"^{_escape(field)}: "):
+        responses_request_to_chat({"input": "x", "tools": tools})
+    # The table leaves out what the translation refuses, and never raises on it.
+    assert namespaced_tool_names({"tools": tools}) == (names or {})
+
+
+def test_responses_collision_error_says_what_collides() -> None:
+    tools = [{"type": "function", "name": "crm__lookup"}, _namespace("crm", _LOOKUP)]
+    with pytest.raises(ValueError, match=r"'crm__lookup', which is also the name of tools\[0\]"):
+        responses_request_to_chat({"input": "x", "tools": tools})
+
+
+def test_responses_non_function_tools_in_a_namespace_are_named() -> None:
+    custom = {"type": "custom", "name": "sql", "description": "Raw SQL."}
+    with pytest.raises(ValueError, match=r"^tools: only function tools") as info:
+        responses_request_to_chat(
+            {"input": "x", "tools": [_namespace("crm", _LOOKUP, custom, _namespace("in", _LOOKUP))]}
+        )
+    assert "tools[0].tools[1] ('custom')" in str(info.value)
+    assert "tools[0].tools[2] ('namespace')" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        ({"namespace": ""}, "input[0].namespace"),
+        ({"namespace": 3}, "input[0].namespace"),
+        ({"namespace": "crm", "name": None}, "input[0].name"),
+    ],
+)
+def test_responses_bad_namespaced_calls_name_the_field(item: dict[str, Any], field: str) -> None:
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", **item}
+    with pytest.raises(ValueError, match=rf"^{_escape(field)}: "):
+        responses_request_to_chat({"input": [call]})
+
+
+_odd = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children)
+    ),
+    max_leaves=10,
+)
+
+
+def _mostly(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``strategy``, now and then something odd instead."""
+    return st.one_of(*[strategy] * 9, _odd)
+
+
+# Names that join into each other's: "a" + "b__c" and "a__b" + "c" are both "a__b__c".
+_names = _mostly(st.sampled_from(["crm", "lookup", "a", "a__b", "b__c", "c", "a__b__c", ""]))
+_function_tools = st.fixed_dictionaries(
+    {"type": _mostly(st.just("function")), "name": _names},
+    optional={"parameters": _mostly(st.just({}))},
+) | st.builds(lambda name: {"type": "function", "function": {"name": name}}, _names)
+_namespace_tools = st.fixed_dictionaries(
+    {
+        "type": st.just("namespace"),
+        "name": _names,
+        "tools": _mostly(st.lists(_mostly(_function_tools), min_size=1, max_size=3)),
+    }
+)
+_tool_lists = st.lists(_mostly(_function_tools | _namespace_tools), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_odd, _tool_lists)
+def test_namespaced_tool_names_never_raises(request_body: Any, tools: list[Any]) -> None:
+    namespaced_tool_names(request_body)
+    table = namespaced_tool_names({"tools": tools})
+    assert all(name == f"{pair[0]}__{pair[1]}" for name, pair in table.items())
+    try:
+        chat = responses_request_to_chat({"input": "x", "tools": tools})
+    except ValueError:
+        return
+    # Whenever the request translates, the table holds exactly the names it joined. (A tool sent
+    # in chat form goes upstream as it is, whatever its name holds.)
+    offered = [tool["function"]["name"] for tool in chat.get("tools", [])]
+    plain = [
+        tool.get("name", tool.get("function", {}).get("name"))
+        for tool in tools
+        if tool["type"] == "function"
+    ]
+    assert set(table) == {name for name in offered if isinstance(name, str) and name not in plain}
+
+
+def test_namespaced_tool_names_of_requests_without_namespaces() -> None:
+    requests: list[Any] = [{}, {"tools": None}, {"tools": [_LOOKUP]}, [], "x", {"tools": {"a": 1}}]
+    for request in requests:
+        assert namespaced_tool_names(request) == {}
 
 
 def _escape(field: str) -> str:

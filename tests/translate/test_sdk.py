@@ -8,12 +8,14 @@ from typing import Any
 import anthropic
 import orjson
 import pytest
+from openai.types.responses import NamespaceTool, Response
 
 from rollcap.dialects import reassemble
 from rollcap.translate import render_sse
 from tests.translate._support import (
     CHAT_FIXTURES,
     FIXTURES,
+    NAMESPACED_REQUEST,
     Answer,
     anthropic_client,
     decode,
@@ -231,3 +233,25 @@ def test_sdk_sees_truncated_streams_as_unfinished() -> None:
     ) as stream_a:
         stream_a.until_done()
         assert stream_a.current_message_snapshot.stop_reason is None
+
+
+def test_openai_sdk_reads_namespaced_calls() -> None:
+    answer = Answer(
+        tools=[("call_1", "crm__lookup", ['{"email": "a@b.c"}']), ("call_2", "weather", ["{}"])],
+        finish_reason="tool_calls",
+    )
+    expected = expected_responses(answer.chunks(), NAMESPACED_REQUEST)
+    parsed = Response.model_validate(expected)
+    assert isinstance(parsed.tools[1], NamespaceTool)
+    calls = [(o.name, o.namespace) for o in parsed.output if o.type == "function_call"]
+    assert calls == [("lookup", "crm"), ("weather", None)]
+    for body in (
+        encode(to_responses(answer.chunks(), NAMESPACED_REQUEST)),
+        encode(render_sse("responses", expected)),
+    ):
+        events, final = _openai_stream(body)
+        added = [e.item for e in events if e.type == "response.output_item.added"]
+        assert [(i.name, i.namespace) for i in added if i.type == "function_call"] == calls
+        assert (
+            _without_parsed(final.model_dump(exclude_unset=True)["output"]) == (expected["output"])
+        )

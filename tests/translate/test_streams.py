@@ -16,6 +16,7 @@ from rollcap.translate import THINKING_SIGNATURE, ChatToMessagesStream, ChatToRe
 from tests.translate._support import (
     CHAT_FIXTURES,
     MESSAGE_ID,
+    NAMESPACED_REQUEST,
     RESPONSE_ID,
     Answer,
     answers,
@@ -23,6 +24,7 @@ from tests.translate._support import (
     encode,
     expected_messages,
     expected_responses,
+    namespaced_answers,
     to_messages,
     to_responses,
 )
@@ -48,10 +50,10 @@ def _delta_text(payload: dict[str, Any]) -> str:
     return str(next(value for key, value in delta.items() if key != "type"))
 
 
-def _check_responses(upstream: list[SSEEvent]) -> None:
-    out = to_responses(upstream)
+def _check_responses(upstream: list[SSEEvent], request: dict[str, Any] | None = None) -> None:
+    out = to_responses(upstream, request)
     got = reassemble("responses", [encode(out)])
-    expected = expected_responses(upstream)
+    expected = expected_responses(upstream, request)
     assert got.outcome is (
         StreamOutcome.COMPLETED if expected["status"] == "completed" else StreamOutcome.INCOMPLETE
     )
@@ -86,6 +88,12 @@ def test_golden_chat_streams_translate_to_messages(sse: Path) -> None:
 @given(answers())
 def test_generated_answers_translate_to_responses(answer: Answer) -> None:
     _check_responses(answer.chunks())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(namespaced_answers())
+def test_generated_namespaced_calls_translate_to_responses(answer: Answer) -> None:
+    _check_responses(answer.chunks(), NAMESPACED_REQUEST)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -178,6 +186,32 @@ def test_responses_stream_event_sequence() -> None:
     base = RESPONSE_ID.removeprefix("resp_")
     assert [item["id"] for item in final["output"]] == [f"rs_{base}", f"msg_{base}", f"fc_{base}_0"]
     assert final["output"][2]["call_id"] == "call_9"
+
+
+def test_namespaced_calls_stream_with_their_namespace() -> None:
+    answer = Answer(
+        content=["Looking up."],
+        tools=[
+            ("call_1", "crm__lookup", ['{"email": ', '"a@b.c"}']),
+            ("call_2", "weather", ["{}"]),
+            ("call_3", "crm__missing", ["{}"]),
+        ],
+        finish_reason="tool_calls",
+    )
+    payloads = _payloads(to_responses(answer.chunks(), NAMESPACED_REQUEST))
+    split = [("lookup", "crm"), ("weather", None), ("crm__missing", None)]
+    for kind in ("response.output_item.added", "response.output_item.done"):
+        items = [p["item"] for p in payloads if p["type"] == kind]
+        calls = [item for item in items if item["type"] == "function_call"]
+        assert [(c["name"], c.get("namespace")) for c in calls] == split, kind
+        assert ["namespace" in c for c in calls] == [True, False, False], kind
+    final = payloads[-1]
+    assert final["type"] == "response.completed"
+    calls = [item for item in final["response"]["output"] if item["type"] == "function_call"]
+    assert [(c["name"], c.get("namespace")) for c in calls] == split
+    assert final["response"]["tools"] == NAMESPACED_REQUEST["tools"]
+    assert payloads[0]["response"]["tools"] == NAMESPACED_REQUEST["tools"]
+    _check_responses(answer.chunks(), NAMESPACED_REQUEST)
 
 
 def test_length_gives_response_incomplete() -> None:

@@ -5,6 +5,8 @@ same output.
 
 Requests (raise ``ValueError`` naming the field for a bad client request):
     ``responses_request_to_chat(request)``, ``messages_request_to_chat(request)``
+The chat names of a Responses request's namespaced functions (never raises):
+    ``namespaced_tool_names(request)`` -> ``{chat_name: (namespace, name)}``
 Complete answers (never raise on upstream output):
     ``chat_response_to_responses(chat, request, *, response_id, created_at)``,
     ``chat_response_to_messages(chat, request, *, message_id)``
@@ -34,6 +36,7 @@ from rollcap.translate._requests import VLLM_PASSTHROUGH
 from rollcap.translate._responses import (
     ChatToResponsesStream,
     chat_response_to_responses,
+    namespaced_tool_names,
     responses_request_to_chat,
 )
 
@@ -46,6 +49,7 @@ __all__ = [
     "chat_response_to_messages",
     "chat_response_to_responses",
     "messages_request_to_chat",
+    "namespaced_tool_names",
     "render_sse",
     "responses_request_to_chat",
 ]

@@ -59,9 +59,14 @@ def message_item(item_id: str, parts: list[dict[str, Any]], status: str) -> dict
 
 
 def function_call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: str
+    item_id: str,
+    call_id: str,
+    name: str,
+    arguments: str,
+    status: str,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
-    return {
+    item = {
         "id": item_id,
         "type": "function_call",
         "status": status,
@@ -69,6 +74,11 @@ def function_call_item(
         "call_id": call_id,
         "name": name,
     }
+    if namespace is not None:
+        # Left out, not null, for a plain function, so its item stays what it was before
+        # namespaces existed (the captured and the rendered items alike).
+        item["namespace"] = namespace
+    return item
 
 
 # --- event builders ------------------------------------------------------------------------------

@@ -10,13 +10,22 @@ Request rules (``responses_request_to_chat``):
 - ``function_call`` items become ``tool_calls`` of an assistant message (joined to the assistant
   message right before them, so parallel calls stay one turn); ``function_call_output`` items
   become ``tool`` messages.
+- Namespace tools (``{"type": "namespace", "name": "crm", "tools": [...]}``): chat has one flat
+  list of tool names, so each function tool ``lookup`` in namespace ``crm`` is sent as the chat
+  function tool ``crm__lookup`` (namespace, two underscores, name), and a ``function_call`` item
+  with ``"namespace": "crm"`` as a call of ``crm__lookup``. ``namespaced_tool_names`` gives the
+  table of these joined names. The namespace's ``description`` has no place in chat and is not
+  sent. Refused: an empty namespace name, anything but a function tool inside a namespace (custom
+  tools included), and a joined name that is also the name of another tool. The API's function
+  ``tool_choice`` has no namespace; its name is sent as given, so a namespaced function is forced
+  by its joined name.
 - ``reasoning`` items are carried, not dropped: their text (the ``reasoning_text`` content when
   present, else the summary texts joined by ``"\\n"``) becomes ``reasoning_content`` of the next
   assistant message, which is where vLLM chat templates read earlier reasoning. Reasoning followed
   by anything but assistant output is dropped. ``encrypted_content`` is ignored.
 - Refused with ``ValueError``: what needs server-side state (``previous_response_id``,
   ``conversation``, ``prompt``, ``background: true``, ``item_reference`` items, file ids), tools
-  other than function tools, other item and part types.
+  other than function and namespace tools, other item and part types.
 - Mapped: ``tools``, ``tool_choice``, ``max_output_tokens`` -> ``max_tokens``, ``temperature``,
   ``top_p``, ``parallel_tool_calls``, ``stream`` (+ ``stream_options.include_usage``),
   ``text.format`` -> ``response_format``, ``reasoning.effort`` (low / medium / high) ->
@@ -27,14 +36,16 @@ Request rules (``responses_request_to_chat``):
 Response rules (``chat_response_to_responses``): output items are a reasoning item (one
 ``summary_text`` part), a message item (``output_text``, then ``refusal``), then one
 ``function_call`` item per tool call, each only when it has non-whitespace text (a tool call
-always). An answer with none of them gets one message item with the (possibly empty) text, so
-``output_text`` always has a message to read. Ids derive from ``response_id`` (``resp_X`` gives
-``rs_X``, ``msg_X``, ``fc_X_<n>``; ``call_X_<n>`` for a call the upstream gave no id). Status is
-``incomplete`` (reason ``max_output_tokens``) for finish reason ``length``, ``incomplete``
+always). A tool call whose name is in the request's ``namespaced_tool_names`` table becomes a
+``function_call`` with the inner ``name`` and the ``namespace``; any other name is kept whole, with
+no ``namespace`` field. An answer with none of them gets one message item with the (possibly empty)
+text, so ``output_text`` always has a message to read. Ids derive from ``response_id`` (``resp_X``
+gives ``rs_X``, ``msg_X``, ``fc_X_<n>``; ``call_X_<n>`` for a call the upstream gave no id). Status
+is ``incomplete`` (reason ``max_output_tokens``) for finish reason ``length``, ``incomplete``
 (``content_filter``) for ``content_filter``, else ``completed``. ``usage`` is ``null`` when the
-answer reported none; the detail counts (``cached_tokens``, ``reasoning_tokens``) are ``null``
-when the upstream did not report them (the SDKs read them as ``None``): a made-up 0 would be
-captured as a measured zero.
+answer reported none; the detail counts (``cached_tokens``, ``reasoning_tokens``) are ``null`` when
+the upstream did not report them (the SDKs read them as ``None``): a made-up 0 would be captured as
+a measured zero.
 
 Streaming (``ChatToResponsesStream``): see its docstring.
 """
@@ -81,12 +92,20 @@ from rollcap.translate._requests import (
     req_str,
 )
 
-__all__ = ["ChatToResponsesStream", "chat_response_to_responses", "responses_request_to_chat"]
+__all__ = [
+    "ChatToResponsesStream",
+    "chat_response_to_responses",
+    "namespaced_tool_names",
+    "responses_request_to_chat",
+]
 
 _REASONING_EFFORTS = frozenset({"low", "medium", "high"})
 _TOOL_CHOICE_MODES = frozenset({"auto", "none", "required"})
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+# Between a namespace and a function name in the chat tool name. Chat templates and vLLM's tool
+# parsers expect identifier-like names, which rules out "." and "/".
+_NAMESPACE_SEPARATOR = "__"
 
 
 # --- requests ------------------------------------------------------------------------------------
@@ -214,11 +233,16 @@ class _InputItems:
         self._append({"role": chat_role, "content": _join(parts, chat_role)})
 
     def _function_call(self, item: Mapping[str, Any], name: str) -> None:
+        function_name = req_str(item.get("name"), f"{name}.name")
+        namespace = opt_str(item, "namespace", f"{name}.namespace")
+        if namespace is not None:
+            namespace = _namespace_name(namespace, f"{name}.namespace")
+            function_name = _joined_name(namespace, function_name)
         call = {
             "id": req_str(item.get("call_id"), f"{name}.call_id"),
             "type": "function",
             "function": {
-                "name": req_str(item.get("name"), f"{name}.name"),
+                "name": function_name,
                 "arguments": req_str(item.get("arguments"), f"{name}.arguments"),
             },
         }
@@ -286,36 +310,140 @@ def _join(parts: list[dict[str, Any]], role: str) -> str | list[dict[str, Any]]:
     return ("" if role == "assistant" else "\n").join(part["text"] for part in parts)
 
 
+@dataclass(frozen=True, slots=True)
+class _ToolName:
+    chat_name: str
+    field: str  # where the name came from, for an error
+    tool: str  # the tool it names, for an error
+    namespaced: bool
+
+
 def _tools(tools: list[Any]) -> list[dict[str, Any]]:
     chat_tools: list[dict[str, Any]] = []
+    names: list[_ToolName] = []
     unsupported: list[str] = []
     for position, raw in enumerate(tools):
         name = f"tools[{position}]"
         tool = req_mapping(raw, name)
-        if tool.get("type") != "function":
-            unsupported.append(f"{name} ({tool.get('type')!r})")
+        kind = tool.get("type")
+        if kind == "namespace":
+            namespace = _namespace_name(req_str(tool.get("name"), f"{name}.name"), f"{name}.name")
+            inner_tools = req_list(tool.get("tools"), f"{name}.tools")
+            for inner_position, inner_raw in enumerate(inner_tools):
+                inner_name = f"{name}.tools[{inner_position}]"
+                inner = req_mapping(inner_raw, inner_name)
+                if inner.get("type") != "function":
+                    unsupported.append(f"{inner_name} ({inner.get('type')!r})")
+                    continue
+                function = _function(inner, inner_name)
+                function["name"] = _joined_name(namespace, function["name"])
+                names.append(_ToolName(function["name"], f"{inner_name}.name", inner_name, True))
+                chat_tools.append({"type": "function", "function": function})
+            continue
+        if kind != "function":
+            unsupported.append(f"{name} ({kind!r})")
             continue
         if "name" not in tool and isinstance(tool.get("function"), Mapping):
             # Already in chat form: accepted as it is.
-            chat_tools.append({"type": "function", "function": dict(tool["function"])})
+            function = dict(tool["function"])
+            if isinstance(function.get("name"), str):
+                names.append(_ToolName(function["name"], f"{name}.function.name", name, False))
+            chat_tools.append({"type": "function", "function": function})
             continue
-        function: dict[str, Any] = {"name": req_str(tool.get("name"), f"{name}.name")}
-        description = opt_str(tool, "description", f"{name}.description")
-        if description is not None:
-            function["description"] = description
-        if tool.get("parameters") is not None:
-            function["parameters"] = dict(req_mapping(tool["parameters"], f"{name}.parameters"))
-        strict = opt_bool(tool, "strict", f"{name}.strict")
-        if strict is not None:
-            function["strict"] = strict
+        function = _function(tool, name)
+        names.append(_ToolName(function["name"], f"{name}.name", name, False))
         chat_tools.append({"type": "function", "function": function})
     if unsupported:
         fail(
             "tools",
-            "only function tools can be translated to Chat Completions; unsupported: "
-            + ", ".join(unsupported),
+            "only function tools and namespaces of function tools can be translated to Chat "
+            "Completions; unsupported: " + ", ".join(unsupported),
         )
+    _refuse_joined_collisions(names)
     return chat_tools
+
+
+def _function(tool: Mapping[str, Any], name: str) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": req_str(tool.get("name"), f"{name}.name")}
+    description = opt_str(tool, "description", f"{name}.description")
+    if description is not None:
+        function["description"] = description
+    if tool.get("parameters") is not None:
+        function["parameters"] = dict(req_mapping(tool["parameters"], f"{name}.parameters"))
+    strict = opt_bool(tool, "strict", f"{name}.strict")
+    if strict is not None:
+        function["strict"] = strict
+    return function
+
+
+def _namespace_name(namespace: str, field_name: str) -> str:
+    if not namespace:
+        fail(field_name, "expected a non-empty namespace name")
+    return namespace
+
+
+def _joined_name(namespace: str, name: str) -> str:
+    return f"{namespace}{_NAMESPACE_SEPARATOR}{name}"
+
+
+def _refuse_joined_collisions(names: list[_ToolName]) -> None:
+    """A joined name equal to another tool's name would make the model's call ambiguous: the
+    answer could not tell which tool it meant. Two plain tools of one name are left to the
+    upstream, as before namespaces."""
+    first: dict[str, _ToolName] = {}
+    for current in names:
+        earlier = first.setdefault(current.chat_name, current)
+        if earlier is current or not (current.namespaced or earlier.namespaced):
+            continue
+        joined, other = (current, earlier) if current.namespaced else (earlier, current)
+        fail(
+            joined.field,
+            f"namespace and name join to {joined.chat_name!r}, which is also the name of "
+            f"{other.tool}; chat tool names are one flat list",
+        )
+
+
+def namespaced_tool_names(request: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each chat tool name that ``responses_request_to_chat`` makes for a function inside one of
+    the request's namespace tools, mapped to that function's ``(namespace, name)``: one table for
+    reading a chat tool call as the Responses call it stands for. Empty when the request has no
+    namespace tools. Never raises: what the request translation refuses (a malformed tool, an
+    empty namespace name, a joined name that is also another tool's name) is left out."""
+    tools = request.get("tools") if isinstance(request, Mapping) else None
+    if not isinstance(tools, list):
+        return {}
+    table: dict[str, tuple[str, str]] = {}
+    ambiguous: set[str] = set()
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            continue
+        if tool.get("type") != "namespace":
+            name = tool.get("name")
+            if not isinstance(name, str):
+                name = as_dict(tool.get("function")).get("name")
+            if isinstance(name, str):
+                ambiguous.add(name)
+            continue
+        namespace = tool.get("name")
+        inner_tools = tool.get("tools")
+        if not isinstance(namespace, str) or not namespace or not isinstance(inner_tools, list):
+            continue
+        for raw in inner_tools:
+            inner = as_dict(raw)
+            name = inner.get("name")
+            if inner.get("type") != "function" or not isinstance(name, str):
+                continue
+            joined = _joined_name(namespace, name)
+            if joined in table:
+                ambiguous.add(joined)
+            table[joined] = (namespace, name)
+    return {joined: pair for joined, pair in table.items() if joined not in ambiguous}
+
+
+def _split_name(chat_name: str, names: Mapping[str, tuple[str, str]]) -> tuple[str | None, str]:
+    """A chat tool name as ``(namespace, name)``; ``None`` for a name outside the table."""
+    found = names.get(chat_name)
+    return (None, chat_name) if found is None else found
 
 
 def _tool_choice(value: object) -> str | dict[str, Any]:
@@ -497,14 +625,17 @@ def chat_response_to_responses(
         parts.append(refusal_part(refusal))
     if parts:
         output.append(message_item(ids.message, parts, item_status))
+    names = namespaced_tool_names(req)
     for ordinal, call in enumerate(tool_calls_of(message)):
+        namespace, name = _split_name(call.name or "", names)
         output.append(
             function_call_item(
                 ids.function_call(ordinal),
                 call.id or ids.call_id(ordinal),
-                call.name or "",
+                name,
                 call.arguments,
                 item_status,
+                namespace,
             )
         )
     if not output:
@@ -529,6 +660,7 @@ class _Item:
     ordinal: int = 0
     call_id: str = ""
     name: str = ""
+    namespace: str | None = None
 
 
 class ChatToResponsesStream(ChatStreamTranslator):
@@ -554,6 +686,7 @@ class ChatToResponsesStream(ChatStreamTranslator):
         self._response_id = response_id
         self._created_at = created_at
         self._ids = _Ids(response_id)
+        self._names = namespaced_tool_names(self._request)
         self._emit = ResponsesEvents()
         self._items: list[_Item] = []
         self._message: _Item | None = None
@@ -607,16 +740,20 @@ class ChatToResponsesStream(ChatStreamTranslator):
             )
         elif op.kind == "tool":
             state = self._choice.opened_tools[op.ordinal]
+            namespace, name = _split_name(state.name or "", self._names)
             item = _Item(
                 "tool",
                 index,
                 self._ids.function_call(op.ordinal),
                 ordinal=op.ordinal,
                 call_id=state.id or self._ids.call_id(op.ordinal),
-                name=state.name or "",
+                name=name,
+                namespace=namespace,
             )
             self._tools[op.ordinal] = item
-            body = function_call_item(item.item_id, item.call_id, item.name, "", "in_progress")
+            body = function_call_item(
+                item.item_id, item.call_id, item.name, "", "in_progress", item.namespace
+            )
             self._add_item(item, body, out)
         else:
             message = self._message
@@ -717,7 +854,9 @@ class ChatToResponsesStream(ChatStreamTranslator):
             out.append(
                 self._emit("response.function_call_arguments.done", **where, arguments=arguments)
             )
-            body = function_call_item(item.item_id, item.call_id, item.name, arguments, status)
+            body = function_call_item(
+                item.item_id, item.call_id, item.name, arguments, status, item.namespace
+            )
         else:
             parts: list[dict[str, Any]] = []
             for content_index, kind in enumerate(item.parts):
