@@ -29,6 +29,7 @@ from typing import IO, Any
 import aiohttp
 import orjson
 
+from rollcap._batch import BatchThread, call_each
 from rollcap.ids import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore, capture_attachment
 
@@ -161,6 +162,11 @@ class _Run:
         self.total = 0
         self.done = 0
         self.failed = 0
+        # The capture's file work of every rollout (clear before, read after) goes through one
+        # thread in batches: a thread-pool hand-off per rollout cost more than the work itself.
+        self.io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(
+            call_each, "rollcap-collect-io"
+        )
         # Bounded, so that a slow disk holds the workers back instead of growing memory.
         self.queue: asyncio.Queue[tuple[int, bytes] | object] = asyncio.Queue(2 * concurrency)
 
@@ -244,13 +250,16 @@ class _Run:
                         group.create_task(work())
                 await self.queue.put(_STOP)
 
-            async with asyncio.TaskGroup() as group:
-                group.create_task(writer.drain(self.queue))
-                group.create_task(workers())
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(writer.drain(self.queue))
+                    group.create_task(workers())
+            finally:
+                await asyncio.to_thread(self.io.close)
 
     async def _run_one(self, session: aiohttp.ClientSession, rollout: Rollout) -> None:
         if self.store is not None:
-            await asyncio.to_thread(_start_capture, self.store, rollout.rollout_id)
+            await self.io.submit((_start_capture, (self.store, rollout.rollout_id)))
         try:
             answer = await self._call_agent(session, rollout)
         except _RolloutFailed as exc:
@@ -258,7 +267,10 @@ class _Run:
             await self.queue.put((_FAILED, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)))
             self.failed += 1
         else:
-            data = await asyncio.to_thread(_encode_rollout, self.store, rollout, answer)
+            if self.store is None:  # nothing to read: encoding alone does not need a thread
+                data = _encode_rollout(None, rollout, answer)
+            else:
+                data = await self.io.submit((_encode_rollout, (self.store, rollout, answer)))
             await self.queue.put((_OK, data))
         self.done += 1
         self._report()
