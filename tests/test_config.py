@@ -101,3 +101,25 @@ def test_pass_client_credentials_is_a_bool() -> None:
     assert RunSettings.from_config({"pass_client_credentials": True}).pass_client_credentials
     with pytest.raises(ConfigError, match="pass_client_credentials must be true or false"):
         RunSettings.from_config({"pass_client_credentials": "yes"})
+
+
+def test_token_capture_settings_are_validated_and_the_ledger_defaults_to_the_capture_dir(
+    tmp_path: Path,
+) -> None:
+    on = {"token_id_capture": {"external_staging": True}}
+    with pytest.raises(
+        ConfigError, match=r"token_id_capture.ledger_dir \(or model_call_capture_dir\)"
+    ):
+        RunSettings.from_config(on)
+    with pytest.raises(ConfigError, match=r"ledger_dir must be an absolute path"):
+        RunSettings.from_config({"token_id_capture": {"ledger_dir": "rel/dir"}})
+    with pytest.raises(ConfigError, match="external_staging must be true or false"):
+        RunSettings.from_config({"token_id_capture": {"external_staging": "yes"}})
+    settings = RunSettings.from_config({**on, "model_call_capture_dir": str(tmp_path)})
+    assert settings.external_staging is True
+    assert settings.token_ledger_dir == tmp_path  # capture off, yet the ledger has a place
+    moved = RunSettings.from_config(
+        {"token_id_capture": {"external_staging": True, "ledger_dir": str(tmp_path / "l")}}
+    )
+    assert moved.token_ledger_dir == tmp_path / "l"
+    assert RunSettings.from_config({}).external_staging is False

@@ -231,6 +231,8 @@ async def environment(
             name=model.name,
             capture_dir=settings.capture_dir,
             pass_client_credentials=settings.pass_client_credentials,
+            external_staging=settings.external_staging,
+            ledger_dir=settings.token_ledger_dir,
         )
     )
     resources_apps = []

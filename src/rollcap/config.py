@@ -38,7 +38,9 @@ DEFAULTS: dict[str, Any] = {
     "policy_model_name": None,
     # Forward the client's own authorization / x-api-key instead of policy_api_key.
     "pass_client_credentials": False,
-    "token_id_capture": {"external_staging": False},
+    # RL token staging: the model server asks a capture worker for token ids (rollcap.staging).
+    # ``ledger_dir`` (absolute; default model_call_capture_dir) keeps one token-free line per call.
+    "token_id_capture": {"external_staging": False, "ledger_dir": None},
 }
 # Keys whose values are secrets wherever they appear in the tree.
 CREDENTIAL_KEYS = frozenset({"policy_api_key", "api_key", "apikey", "token", "password", "secret"})
@@ -160,6 +162,8 @@ class RunSettings:
     policy_api_key: str | None
     policy_model_name: str | None
     pass_client_credentials: bool = False
+    external_staging: bool = False
+    token_ledger_dir: Path | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -190,7 +194,10 @@ class RunSettings:
         passthrough = config.get("pass_client_credentials", False)
         if not isinstance(passthrough, bool):
             raise ConfigError(f"pass_client_credentials must be true or false, got {passthrough!r}")
+        external_staging, ledger_dir = _token_capture(config.get("token_id_capture"), capture_dir)
         return cls(
+            external_staging=external_staging,
+            token_ledger_dir=ledger_dir,
             pass_client_credentials=passthrough,
             observability_enabled=enabled,
             model_call_capture_dir=capture_dir,
@@ -203,3 +210,33 @@ class RunSettings:
     def capture_dir(self) -> Path | None:
         """Where to capture, or None when capture is off."""
         return self.model_call_capture_dir if self.observability_enabled else None
+
+
+def _absolute_dir(key: str, raw: object) -> Path:
+    if not isinstance(raw, str) or not raw:
+        raise ConfigError(f"{key} must be a path, got {raw!r}")
+    if not Path(raw).is_absolute():
+        raise ConfigError(f"{key} must be an absolute path, got {raw!r}")
+    return Path(raw)
+
+
+def _token_capture(section: object, capture_dir: Path | None) -> tuple[bool, Path | None]:
+    """``token_id_capture``: whether staging is on, and where its ledger goes."""
+    if section is None:
+        return False, None
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"token_id_capture must be a mapping, got {type(section).__name__}")
+    enabled = section.get("external_staging", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(
+            f"token_id_capture.external_staging must be true or false, got {enabled!r}"
+        )
+    raw = section.get("ledger_dir")
+    ledger = _absolute_dir("token_id_capture.ledger_dir", raw) if raw is not None else capture_dir
+    if enabled and ledger is None:
+        # The ledger is what says which staged calls the client was served, capture on or off.
+        raise ConfigError(
+            "token_id_capture.ledger_dir (or model_call_capture_dir) is required when "
+            "token_id_capture.external_staging is true"
+        )
+    return enabled, ledger

@@ -9,9 +9,10 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import anyio.to_thread
 import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -32,6 +33,9 @@ from rollcap.server._upstream import LOCAL_MODEL, RESPONSE_DROP, Backend, backen
 from rollcap.sse import SSEDecoder, encode_event
 from rollcap.store import CaptureStore
 
+if TYPE_CHECKING:
+    from rollcap.server._staged import StagedCalls
+
 __all__ = ["ModelServerSettings", "create_model_app"]
 
 CHAT_PATH = "/v1/chat/completions"
@@ -50,8 +54,22 @@ class ModelServerSettings:
     connect_timeout_s: float = 30.0
     read_timeout_s: float = 600.0  # longest silence between two upstream bytes
     backend_options: dict[str, str] = field(default_factory=dict)
+    # RL token staging through a capture worker (upstream = the worker); see ``_staged``.
+    external_staging: bool = False
+    ledger_dir: Path | None = None
 
     def __post_init__(self) -> None:
+        if self.external_staging:
+            if self.model_type != "vllm_model":
+                raise ValueError(
+                    "token_id_capture.external_staging needs model type vllm_model (a capture "
+                    f"worker in front of a vLLM-compatible chat endpoint), got {self.model_type!r}"
+                )
+            if self.ledger_dir is None or not Path(self.ledger_dir).is_absolute():
+                raise ValueError(
+                    "token_id_capture.external_staging needs an absolute ledger directory "
+                    "(token_id_capture.ledger_dir or model_call_capture_dir)"
+                )
         if self.capture_dir is not None and not Path(self.capture_dir).is_absolute():
             raise ValueError(
                 f"model_call_capture_dir must be an absolute path, got {str(self.capture_dir)!r}"
@@ -69,6 +87,13 @@ class _Forwarder:
         self.backend = backend
         self.settings = settings
         self.session: aiohttp.ClientSession | None = None
+        self.staged: StagedCalls | None = None
+        if settings.external_staging:
+            # Imported only here: a server without RL staging does not load it.
+            from rollcap.server._staged import StagedCalls, ledger_store
+
+            assert settings.ledger_dir is not None  # checked by the settings
+            self.staged = StagedCalls(ledger_store(settings.ledger_dir))
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
@@ -91,6 +116,9 @@ class _Forwarder:
         path = request.url.path
         dialect = DIALECT_ROUTES.get(path)
         recorder: CallRecorder | None = request.scope.get(RECORDER_KEY)
+        if self.staged is not None and self.staged.applies(request, dialect):
+            assert dialect is not None
+            return await self.staged.forward(request, dialect, recorder, self._open)
         if self.backend.translate_to_chat and dialect in TO_CHAT:
             assert dialect is not None
             return await self._translated(request, dialect, recorder)
@@ -350,8 +378,12 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
                 yield
             finally:
                 await forwarder.stop()
+                if state.writer is not None:
+                    await anyio.to_thread.run_sync(state.writer.close)
                 if store is not None:
                     store.close()  # the store keeps rollout files open between appends
+                if forwarder.staged is not None:
+                    forwarder.staged.ledger.close()
 
     routes = [Route(path, forwarder.forward, methods=["POST"]) for path in DIALECT_ROUTES]
     routes += [

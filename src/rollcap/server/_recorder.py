@@ -61,6 +61,7 @@ class CallRecorder:
         "_failure",
         "_finished",
         "_first_byte",
+        "_gaps",
         "_request_body",
         "_server_name",
         "_session_id",
@@ -98,6 +99,7 @@ class CallRecorder:
         self._terminal_seen = False
         self._end: Clock | None = None
         self._finished = False
+        self._gaps: list[dict[str, Any]] = []
 
     def request(self, body: bytes) -> None:
         self._request_body = body
@@ -110,6 +112,10 @@ class CallRecorder:
         """
         if self._failure is None and not self._finished:
             self._failure = failure
+
+    def gap(self, code: str, detail: str | None = None) -> None:
+        """Say what the record lacks or why the call failed, beyond the error category."""
+        self._gaps.append({"code": code} if detail is None else {"code": code, "detail": detail})
 
     def response_start(self, status: int, headers: Mapping[str, str]) -> None:
         if self._failure is not None:
@@ -222,4 +228,5 @@ class CallRecorder:
             request_raw=request_raw,
             response_raw=response_raw,
             client_session_id=self._session_id,
+            gaps=list(self._gaps) or None,
         )
