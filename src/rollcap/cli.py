@@ -62,6 +62,30 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--host", default="127.0.0.1")
     model.add_argument("--port", type=int, default=8000)
     _config_arguments(model)
+    worker = serve_commands.add_parser(
+        "worker",
+        help="the token-capture worker in front of a vLLM-compatible chat endpoint (RL staging)",
+    )
+    worker.add_argument(
+        "--upstream", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000/v1"
+    )
+    worker.add_argument(
+        "--staging-dir", required=True, type=Path, metavar="DIR", help="absolute; created if absent"
+    )
+    worker.add_argument("--host", default="127.0.0.1")
+    worker.add_argument("--port", type=int, default=8100)
+    worker.add_argument(
+        "--weight-version",
+        type=int,
+        default=0,
+        metavar="N",
+        help="stamped on every staged call (default 0)",
+    )
+    worker.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="environment variable holding the upstream's API key (sent as a Bearer token)",
+    )
 
     env = commands.add_parser("env", help="run an evaluation environment")
     env_commands = env.add_subparsers(dest="env_command", required=True)
@@ -158,6 +182,8 @@ def _serve_model(args: argparse.Namespace) -> int:
             api_key=settings.policy_api_key,
             capture_dir=settings.capture_dir,
             pass_client_credentials=settings.pass_client_credentials,
+            external_staging=settings.external_staging,
+            ledger_dir=settings.token_ledger_dir,
         )
     )
     sock = bind(args.host, args.port)
@@ -170,6 +196,41 @@ def _serve_model(args: argparse.Namespace) -> int:
         async with serving(app, sock=sock) as url:
             print(f"rollcap model server policy_model ({args.model_type}) on {url}"
                   f" -> {upstream}; capture: {capture}", flush=True)  # fmt: skip
+            await asyncio.Event().wait()
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _run_until_interrupted(run())
+    return EXIT_OK
+
+
+def _serve_worker(args: argparse.Namespace) -> int:
+    import os
+
+    from rollcap._serving import bind, serving
+    from rollcap.worker import WorkerSettings, create_worker_app
+
+    api_key: str | None = None
+    if args.api_key_env is not None:
+        # Named, never given: a key on the command line is readable by every local user.
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise ValueError(f"--api-key-env: the environment variable {args.api_key_env} is unset")
+    settings = WorkerSettings(
+        upstream_url=args.upstream,
+        staging_dir=args.staging_dir,
+        api_key=api_key,
+        weight_version=args.weight_version,
+    )
+    app = create_worker_app(settings)
+    sock = bind(args.host, args.port)
+
+    async def run() -> None:
+        async with serving(app, sock=sock) as url:
+            print(
+                f"rollcap capture worker on {url} -> {settings.upstream_url}; "
+                f"staging: {settings.staging_dir}",
+                flush=True,
+            )
             await asyncio.Event().wait()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -270,6 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve" and args.serve_command == "model":
             return _serve_model(args)
+        if args.command == "serve" and args.serve_command == "worker":
+            return _serve_worker(args)
         if args.command == "env" and args.env_command == "start":
             return _env_start(args)
         if args.command == "eval" and args.eval_command == "run":
