@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/proxy.py
 	$(BIN)/python bench/collect.py
+	$(BIN)/python bench/staging.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

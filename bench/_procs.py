@@ -19,9 +19,13 @@ def stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def started(args: list[str], ready: str = "") -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+def started(
+    args: list[str], ready: str = "", env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
     """Start a server and read its stdout up to the first line starting with ``ready``."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
     lines: list[str] = []
     try:
         assert proc.stdout is not None
