@@ -69,7 +69,20 @@ async def test_close_finishes_the_queue_stops_the_thread_and_a_new_submit_restar
     await first
     await asyncio.to_thread(batch.close)
     assert done == [1, 2]
-    assert not any(t.name == "test-batch-close" for t in threading.enumerate())
+    assert not batch.running
     await batch.submit(3)
     assert done == [1, 2, 3]
+    batch.close()
+
+
+async def test_an_idle_thread_ends_by_itself_and_a_new_submit_starts_another() -> None:
+    batch: BatchThread[int, int] = BatchThread(list, "test-batch-idle", idle_exit_s=0.05)
+    assert await batch.submit(1) == 1
+    assert batch.running
+    for _ in range(100):
+        if not batch.running:
+            break
+        await asyncio.sleep(0.02)
+    assert not batch.running
+    assert await batch.submit(2) == 2
     batch.close()

@@ -50,9 +50,18 @@ class BatchThread(Generic[T, R]):
     that item raised (returned, not raised, so one bad item fails only its own caller).
     """
 
-    def __init__(self, process: Callable[[list[T]], Sequence[R | BaseException]], name: str):
+    def __init__(
+        self,
+        process: Callable[[list[T]], Sequence[R | BaseException]],
+        name: str,
+        *,
+        idle_exit_s: float = 30.0,
+    ):
         self._process = process
         self._name = name
+        # A thread idle this long ends (the next submit starts another), so an owner that
+        # never calls close() leaves no thread behind for good.
+        self._idle_exit_s = idle_exit_s
         self._wake = threading.Condition()
         self._queue: list[tuple[T, asyncio.Future[R], asyncio.AbstractEventLoop]] = []
         self._thread: threading.Thread | None = None
@@ -75,7 +84,9 @@ class BatchThread(Generic[T, R]):
         while True:
             with self._wake:
                 while not self._queue and not self._closing:
-                    self._wake.wait()
+                    if not self._wake.wait(self._idle_exit_s) and not self._queue:
+                        self._thread = None  # under the lock: the next submit starts a thread
+                        return
                 batch, self._queue = self._queue, []
                 if not batch:
                     return  # closing, and nothing left to do
@@ -92,6 +103,11 @@ class BatchThread(Generic[T, R]):
                 # A closed loop raises RuntimeError: nobody there waits any more.
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(_settle, settled)
+
+    @property
+    def running(self) -> bool:
+        with self._wake:
+            return self._thread is not None and self._thread.is_alive()
 
     def close(self) -> None:
         """Finish what is queued, then stop the thread; a later ``submit`` starts a new one."""
