@@ -113,7 +113,7 @@ class _Forwarder:
             self.session = None
 
     async def forward(self, request: Request) -> Response:
-        path = request.url.path
+        path = request.scope["path"]  # request.url builds a whole URL object per call
         dialect = DIALECT_ROUTES.get(path)
         recorder: CallRecorder | None = request.scope.get(RECORDER_KEY)
         if self.staged is not None and self.staged.applies(request, dialect):
