@@ -20,6 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rollcap._http import RESPONSE_DROP, forwarding_session
+from rollcap.server._answers import error_body, json_response, read_whole
 from rollcap.server._middleware import (
     DIALECT_ROUTES,
     RECORDER_KEY,
@@ -29,7 +31,7 @@ from rollcap.server._middleware import (
 )
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation, error_for_client
-from rollcap.server._upstream import LOCAL_MODEL, RESPONSE_DROP, Backend, backend_for
+from rollcap.server._upstream import LOCAL_MODEL, Backend, backend_for
 from rollcap.sse import SSEDecoder, encode_event
 from rollcap.store import CaptureStore
 
@@ -76,12 +78,6 @@ class ModelServerSettings:
             )
 
 
-def _error_body(dialect: str | None, kind: str, message: str) -> bytes:
-    if dialect == "messages":
-        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})
-
-
 class _Forwarder:
     def __init__(self, backend: Backend, settings: ModelServerSettings) -> None:
         self.backend = backend
@@ -96,15 +92,9 @@ class _Forwarder:
             self.staged = StagedCalls(ledger_store(settings.ledger_dir))
 
     async def start(self) -> None:
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(
-                total=None,
-                sock_connect=self.settings.connect_timeout_s,
-                sock_read=self.settings.read_timeout_s,
-            ),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        self.session = forwarding_session(
+            connect_timeout_s=self.settings.connect_timeout_s,
+            read_timeout_s=self.settings.read_timeout_s,
         )
 
     async def stop(self) -> None:
@@ -145,14 +135,14 @@ class _Forwarder:
         except TimeoutError:
             if recorder is not None:
                 recorder.fail(CallFailure.TIMEOUT)
-            return _json_response(
-                _error_body(dialect, "timeout", "upstream did not answer in time"), 504
+            return json_response(
+                error_body(dialect, "timeout", "upstream did not answer in time"), 504
             )
         except aiohttp.ClientError as exc:
             if recorder is not None:
                 recorder.fail(CallFailure.CONNECTION)
-            return _json_response(
-                _error_body(dialect, "api_connection_error", f"upstream unreachable: {exc}"), 502
+            return json_response(
+                error_body(dialect, "api_connection_error", f"upstream unreachable: {exc}"), 502
             )
 
     async def _pass_through(
@@ -211,8 +201,8 @@ class _Forwarder:
                 raise ValueError("the request body must be a JSON object")
             translation = Translation(dialect, client_request)
         except (orjson.JSONDecodeError, ValueError) as exc:
-            return _json_response(
-                _error_body(dialect, "invalid_request_error", f"invalid request: {exc}"), 400
+            return json_response(
+                error_body(dialect, "invalid_request_error", f"invalid request: {exc}"), 400
             )
         body = orjson.dumps(translation.chat_request)
         opened = await self._open(request, CHAT_PATH, body, dialect, recorder)
@@ -226,31 +216,20 @@ class _Forwarder:
                 200,
                 {"content-type": "text/event-stream; charset=utf-8"},
             )
-        try:
-            raw = await upstream.read()
-            if recorder is not None:
-                recorder.first_byte(time.monotonic())
-        except TimeoutError:
-            if recorder is not None:
-                recorder.fail(CallFailure.TIMEOUT)
-            return _json_response(_error_body(dialect, "timeout", "upstream too slow"), 504)
-        except aiohttp.ClientError as exc:
-            return _json_response(
-                _error_body(dialect, "api_error", f"upstream broke off its answer: {exc}"), 502
-            )
-        finally:
-            upstream.release()
+        raw = await read_whole(upstream, dialect, recorder)
+        if isinstance(raw, Response):
+            return raw
         if not 200 <= upstream.status < 300:
-            return _json_response(error_for_client(dialect, upstream.status, raw), upstream.status)
+            return json_response(error_for_client(dialect, upstream.status, raw), upstream.status)
         try:
             chat = orjson.loads(raw)
         except orjson.JSONDecodeError:
             chat = None
         if not isinstance(chat, dict):
-            return _json_response(
-                _error_body(dialect, "api_error", "upstream answered with invalid JSON"), 502
+            return json_response(
+                error_body(dialect, "api_error", "upstream answered with invalid JSON"), 502
             )
-        return _json_response(orjson.dumps(translation.answer(chat)), upstream.status)
+        return json_response(orjson.dumps(translation.answer(chat)), upstream.status)
 
     async def _translated_stream(
         self,
@@ -270,10 +249,6 @@ class _Forwarder:
         out += translator.finish()
         if out:
             yield b"".join(encode_event(e) for e in out)
-
-
-def _json_response(body: bytes, status: int) -> Response:
-    return Response(body, status_code=status, media_type="application/json")
 
 
 class _StreamResponse(Response):

@@ -37,6 +37,7 @@ from starlette.responses import Response
 
 from rollcap.records import new_model_call_id
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
+from rollcap.server._answers import error_response, json_response, read_whole
 from rollcap.server._conversation import ConversationIndex, answer_fingerprint, fingerprints
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import Translation, error_for_client
@@ -102,20 +103,6 @@ class _Call:
     @property
     def staging_key(self) -> str:
         return f"{self.rollout_id}/{self.model_call_id}"
-
-
-def _json(body: bytes, status: int) -> Response:
-    return Response(body, status_code=status, media_type="application/json")
-
-
-def _error(dialect: str, status: int, kind: str, message: str) -> Response:
-    if dialect == "messages":
-        body = orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-    else:
-        body = orjson.dumps(
-            {"error": {"message": message, "type": kind, "param": None, "code": None}}
-        )
-    return _json(body, status)
 
 
 def _pinned_prefix(request: dict[str, Any]) -> list[int] | None:
@@ -201,7 +188,7 @@ class StagedCalls:
         try:
             call = self._admit(request, dialect, await request.body(), recorder)
         except _Refused as exc:
-            return _error(dialect, 400, "invalid_request_error", str(exc))
+            return error_response(dialect, 400, "invalid_request_error", str(exc))
         opened = await open_upstream(
             request, CHAT_PATH, orjson.dumps(call.chat_request), dialect, recorder
         )
@@ -209,20 +196,12 @@ class StagedCalls:
             await self._ledger(call, None, "capture worker unreachable or too slow")
             return opened
         upstream = opened
-        try:
-            raw = await upstream.read()
-            if recorder is not None:
-                recorder.first_byte(time.monotonic())
-        except TimeoutError:
-            if recorder is not None:
-                recorder.fail(CallFailure.TIMEOUT)
-            await self._ledger(call, None, "capture worker too slow")
-            return _error(dialect, 504, "timeout", "upstream too slow")
-        except aiohttp.ClientError as exc:
-            await self._ledger(call, None, f"capture worker broke off its answer: {exc}")
-            return _error(dialect, 502, "api_error", f"upstream broke off its answer: {exc}")
-        finally:
-            upstream.release()
+        raw = await read_whole(upstream, dialect, recorder)
+        if isinstance(raw, Response):
+            await self._ledger(
+                call, None, f"capture worker answer not read (HTTP {raw.status_code})"
+            )
+            return raw
         try:
             answer = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -236,10 +215,10 @@ class StagedCalls:
             if upstream.status == 409 and _is_prefix_mismatch(answer):
                 # Pinned ids that cannot be honoured fail the call: never a re-tokenization.
                 return self._failed(call, recorder, f"fails closed: {refusal}", status=409)
-            return _json(error_for_client(dialect, upstream.status, raw), upstream.status)
+            return json_response(error_for_client(dialect, upstream.status, raw), upstream.status)
         if not isinstance(answer, dict):
             await self._ledger(call, None, "capture worker answered with invalid JSON")
-            return _error(dialect, 502, "api_error", "upstream answered with invalid JSON")
+            return error_response(dialect, 502, "api_error", "upstream answered with invalid JSON")
         reason: str | None = None
         if coords is None:
             reason = "the capture worker returned no valid commit coordinates"
@@ -308,7 +287,7 @@ class StagedCalls:
                 status_code=200,
                 media_type="text/event-stream; charset=utf-8",
             )
-        return _error(call.dialect, status, "api_error", f"token capture failed: {reason}")
+        return error_response(call.dialect, status, "api_error", f"token capture failed: {reason}")
 
     async def _ledger(
         self,

@@ -9,31 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["LOCAL_MODEL", "MODEL_TYPES", "Backend", "backend_for"]
+from rollcap._http import CREDENTIAL_HEADERS, HOP_BY_HOP
 
-# Never forwarded from client to upstream: hop-by-hop headers, ones aiohttp sets itself, and
-# credentials (the upstream's come from configuration unless pass-through is asked for).
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "accept-encoding",
-    }
-)
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "cookie"})
-# Never forwarded from upstream to client: framing is the server's own business.
-RESPONSE_DROP = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "trailer"}
-)
+__all__ = ["LOCAL_MODEL", "MODEL_TYPES", "Backend", "backend_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +38,7 @@ class Backend:
         out: list[tuple[str, str]] = []
         for name, value in client_headers:
             lower = name.lower()
-            if lower in _HOP_BY_HOP:
+            if lower in HOP_BY_HOP:
                 continue
             if lower in CREDENTIAL_HEADERS and not self.pass_client_credentials:
                 continue

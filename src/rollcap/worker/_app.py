@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rollcap._http import RESPONSE_DROP
 from rollcap.staging import (
     CAPTURE_FIELD,
     Admission,
@@ -55,7 +56,7 @@ from rollcap.worker._protocol import (
     with_coords,
 )
 from rollcap.worker._settings import WorkerSettings, prepare_staging_dir
-from rollcap.worker._upstream import RESPONSE_DROP, Upstream
+from rollcap.worker._upstream import Upstream
 
 __all__ = ["create_worker_app"]
 

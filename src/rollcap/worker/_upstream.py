@@ -6,36 +6,13 @@ from collections.abc import Iterable
 
 import aiohttp
 
+from rollcap._http import CREDENTIAL_HEADERS, HOP_BY_HOP, forwarding_session
 from rollcap.worker._settings import WorkerSettings
 
-__all__ = ["RESPONSE_DROP", "Upstream"]
+__all__ = ["Upstream"]
 
-# Never forwarded from client to upstream: hop-by-hop headers, ones aiohttp sets itself, and
-# credentials (the upstream's key comes from the worker's settings, never from its clients).
-_REQUEST_DROP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "accept-encoding",
-        "authorization",
-        "x-api-key",
-        "api-key",
-        "cookie",
-    }
-)
-# Never forwarded from upstream to client: framing is the worker's own business.
-RESPONSE_DROP = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "trailer"}
-)
+# The upstream's key comes from the worker's settings, never from its clients.
+_REQUEST_DROP = HOP_BY_HOP | CREDENTIAL_HEADERS
 
 
 class Upstream:
@@ -44,20 +21,13 @@ class Upstream:
     def __init__(self, settings: WorkerSettings) -> None:
         self._base = settings.upstream_url.rstrip("/")
         self._api_key = settings.api_key
-        self._timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=settings.connect_timeout_s,
-            sock_read=settings.read_timeout_s,
-        )
+        self._connect_timeout_s = settings.connect_timeout_s
+        self._read_timeout_s = settings.read_timeout_s
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            timeout=self._timeout,
-            # Bytes pass through as they came; the worker asks for them uncompressed.
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        self._session = forwarding_session(
+            connect_timeout_s=self._connect_timeout_s, read_timeout_s=self._read_timeout_s
         )
 
     async def stop(self) -> None:
