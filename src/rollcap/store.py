@@ -344,30 +344,28 @@ class CaptureStore:
             groups.setdefault(path, []).append(index)
         deferred: list[tuple[str, list[int], _Handle, _Pending, _Sync]] = []
         retry: list[tuple[str, list[int]]] = []
+
+        def settle(path: str, indexes: list[int], handle: _Handle, outcome: object) -> None:
+            if outcome is True:
+                return
+            # As in append: after a failure the descriptor's state is unknown; False: stale.
+            self._drop(path, handle)
+            if isinstance(outcome, BaseException):
+                for i in indexes:
+                    results[i] = outcome
+            else:
+                retry.append((path, indexes))
+
         for path, indexes in groups.items():
             pending = _Pending(b"".join([lines[i] for i in indexes]))
             handle = self._checkout(path)
             outcome = self._commit(handle, pending, defer=True)
             if isinstance(outcome, _Sync):
                 deferred.append((path, indexes, handle, pending, outcome))
-            elif outcome is True:
-                continue
             else:
-                self._drop(path, handle)
-                if outcome is False:
-                    retry.append((path, indexes))
-                else:
-                    for i in indexes:
-                        results[i] = outcome
+                settle(path, indexes, handle, outcome)
         for path, indexes, handle, pending, sync in deferred:
-            outcome = self._finish(handle, pending, sync)
-            if outcome is not True:
-                self._drop(path, handle)
-                if outcome is False:
-                    retry.append((path, indexes))
-                else:
-                    for i in indexes:
-                        results[i] = outcome
+            settle(path, indexes, handle, self._finish(handle, pending, sync))
         for _path, indexes in retry:  # the file went away under us: one by one, as append does
             for i in indexes:
                 try:

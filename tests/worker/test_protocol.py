@@ -21,7 +21,6 @@ from rollcap.staging import (
 )
 from rollcap.worker._protocol import (
     Refusal,
-    error_body,
     fails_closed,
     prefix_mismatch_body,
     read_admission,
@@ -42,12 +41,6 @@ def _staged_coords() -> CommitCoords:
 
 def _body(**extra: Any) -> dict[str, Any]:
     return {"model": "m", "messages": [], CAPTURE_FIELD: ADMISSION, **extra}
-
-
-def test_error_body_has_the_openai_shape() -> None:
-    assert error_body("no", param="p") == {
-        "error": {"message": "no", "type": "invalid_request_error", "param": "p", "code": None}
-    }
 
 
 def test_read_admission() -> None:

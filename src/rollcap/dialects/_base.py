@@ -35,6 +35,7 @@ __all__ = [
     "as_str",
     "json_type_name",
     "load_json_object",
+    "openai_error",
     "openai_usage",
     "parse_arguments",
     "sum_counts",
@@ -192,3 +193,14 @@ def load_json_object(text: str) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def openai_error(
+    message: str,
+    *,
+    kind: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> dict[str, Any]:
+    """An OpenAI-shaped error object, the shape every OpenAI SDK parses."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from rollcap.dialects._base import openai_error
 from rollcap.local._engine import LocalEngine, Prompt
 from rollcap.local._protocol import (
     ChatCall,
@@ -27,7 +28,6 @@ from rollcap.local._protocol import (
     Completion,
     chunk_body,
     completion_body,
-    error_body,
     models_body,
     parse_chat_request,
 )
@@ -35,7 +35,7 @@ from rollcap.local._protocol import (
 __all__ = ["create_chat_app"]
 
 logger = logging.getLogger(__name__)
-_SERVER_ERROR = error_body("the embedded model failed", kind="server_error", code="server_error")
+_SERVER_ERROR = openai_error("the embedded model failed", kind="server_error", code="server_error")
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -55,9 +55,9 @@ def create_chat_app(engine: LocalEngine) -> Starlette:
             call = parse_chat_request(orjson.loads(await request.body()))
             prompt = await engine.aprompt(call.messages)
         except orjson.JSONDecodeError as exc:
-            return _json(error_body(f"the request body is not JSON: {exc}"), 400)
+            return _json(openai_error(f"the request body is not JSON: {exc}"), 400)
         except ChatRequestError as exc:
-            return _json(error_body(str(exc), param=exc.param, code=exc.code), 400)
+            return _json(openai_error(str(exc), param=exc.param, code=exc.code), 400)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         if call.stream:

@@ -36,7 +36,6 @@ __all__ = [
     "Sampling",
     "chunk_body",
     "completion_body",
-    "error_body",
     "models_body",
     "parse_chat_request",
     "usage_body",
@@ -289,16 +288,6 @@ def chunk_body(
     if include_usage:
         body["usage"] = None
     return body
-
-
-def error_body(
-    message: str,
-    *,
-    kind: str = "invalid_request_error",
-    param: str | None = None,
-    code: str | None = None,
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def models_body(model: str, created: int) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import aiohttp
 import orjson
 from starlette.responses import Response
 
+from rollcap.dialects._base import openai_error
 from rollcap.server._recorder import CallFailure, CallRecorder
 
 __all__ = ["error_body", "error_response", "json_response", "read_whole"]
@@ -17,7 +18,7 @@ __all__ = ["error_body", "error_response", "json_response", "read_whole"]
 def error_body(dialect: str | None, kind: str, message: str) -> bytes:
     if dialect == "messages":
         return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})
+    return orjson.dumps(openai_error(message, kind=kind))
 
 
 def json_response(body: bytes, status: int) -> Response:

@@ -37,6 +37,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rollcap._http import RESPONSE_DROP
+from rollcap.dialects._base import openai_error
 from rollcap.staging import (
     CAPTURE_FIELD,
     Admission,
@@ -48,7 +49,6 @@ from rollcap.staging import (
 )
 from rollcap.worker._protocol import (
     Refusal,
-    error_body,
     fails_closed,
     prefix_mismatch_body,
     read_admission,
@@ -72,7 +72,7 @@ def _json(body: bytes, status: int, headers: dict[str, str] | None = None) -> Re
 
 
 def _error(status: int, kind: str, message: str) -> Response:
-    return _json(orjson.dumps(error_body(message, kind=kind)), status)
+    return _json(orjson.dumps(openai_error(message, kind=kind)), status)
 
 
 def _forwarded_headers(upstream: aiohttp.ClientResponse, *, rewritten: bool) -> dict[str, str]:

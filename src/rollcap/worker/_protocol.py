@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from rollcap.dialects._base import json_type_name
+from rollcap.dialects._base import json_type_name, openai_error
 from rollcap.staging import (
     CAPTURE_FIELD,
     COORDS_FIELD,
@@ -26,24 +26,12 @@ from rollcap.staging import (
 
 __all__ = [
     "Refusal",
-    "error_body",
     "fails_closed",
     "prefix_mismatch_body",
     "read_admission",
     "upstream_request",
     "with_coords",
 ]
-
-
-def error_body(
-    message: str,
-    *,
-    kind: str = "invalid_request_error",
-    param: str | None = None,
-    code: str | None = None,
-) -> dict[str, Any]:
-    """An OpenAI-shaped error object, the shape every OpenAI SDK parses."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 class Refusal(Exception):
@@ -54,7 +42,7 @@ class Refusal(Exception):
         self.param = param
 
     def body(self) -> bytes:
-        return orjson.dumps(error_body(str(self), param=self.param))
+        return orjson.dumps(openai_error(str(self), param=self.param))
 
 
 def read_admission(body: Mapping[str, Any]) -> Admission:
@@ -122,7 +110,7 @@ def fails_closed(coords: CommitCoords) -> bool:
 
 def prefix_mismatch_body(coords: CommitCoords) -> bytes:
     """The 409 body for a pinned prefix the prompt does not start with."""
-    error = error_body(
+    error = openai_error(
         f"token capture failed closed: {coords.reason}",
         param=f"{CAPTURE_FIELD}.{PREFIX_IDS_FIELD}",
         code=REASON_REQUIRED_PREFIX_MISMATCH,
