@@ -136,12 +136,13 @@ def is_terminal_event(event: SSEEvent) -> bool:
     """``data: [DONE]``, or a chunk that reports an error."""
     if not isinstance(event, SSEEvent) or not isinstance(event.data, str):
         return False
-    if event.data.strip() == _DONE:
+    data = event.data
+    if data == _DONE or (_DONE in data and data.strip() == _DONE):  # strip copies: rarely
         return True
     # Parsing every chunk just to look for an error would be wasted on nearly all of them.
-    if event.event != "error" and '"error"' not in event.data:
+    if event.event != "error" and '"error"' not in data:
         return False
-    return _error_of(event, load_json_object(event.data)) is not None
+    return _error_of(event, load_json_object(data)) is not None
 
 
 def tool_call_index(fragment: Mapping[str, Any], ids: Mapping[int, str | None]) -> int:
