@@ -538,3 +538,29 @@ def test_a_store_for_another_file_kind_keeps_to_its_suffixes(tmp_path: Path) -> 
     with pytest.raises(ValueError, match="suffix"):
         CaptureStore(tmp_path, suffix=".x", marker_suffix=".x")
     ledger.close()
+
+
+def test_append_many_syncs_files_together_and_a_failed_sync_fails_only_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path)
+    real_fsync = os.fsync
+    synced: list[str] = []
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if name.endswith("bad.capture.jsonl"):
+            raise OSError(errno.EIO, "Input/output error")
+        synced.append(os.path.basename(name))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    items = [(f"r{k}", _record(k)) for k in range(20)] + [("bad", _record(99))]
+    errors = store.append_many(items)  # type: ignore[arg-type]
+    assert errors[:20] == [None] * 20
+    assert isinstance(errors[20], OSError)
+    assert errors[20].errno == errno.EIO
+    assert sorted(synced) == sorted(f"r{k}.capture.jsonl" for k in range(20))
+    # The syncs of one batch ran in the store's sync threads, not one after another here.
+    assert any(t.name.startswith("rollcap-sync") for t in threading.enumerate())
+    store.close()
