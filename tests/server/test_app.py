@@ -505,3 +505,36 @@ async def test_stopping_the_server_closes_every_capture_file(
             await _call(s, f"{url}/ng-rollout/open-{n}/v1/chat/completions", "chat", stream=False)
         assert open_capture_files() == 5  # kept open between appends, on purpose
     assert open_capture_files() == 0
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+async def test_a_deliberately_broken_stream_is_logged_as_such_not_as_a_server_error(
+    stack: Stack,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    quiet: bool,
+) -> None:
+    from rollcap.server import _middleware
+
+    if not quiet:  # without the filter uvicorn's own line shows: the check below can fail
+        monkeypatch.setattr(_middleware._FILTER, "filter", lambda record: True)
+    caplog.set_level(logging.INFO)
+    status, body, _ = await _call(
+        stack.session, stack.url("chat", "broke"), "chat", stream=True, scenario="truncate"
+    )
+    assert (status, body) == (200, b"<cut>")  # the client's stream broke as upstream's did
+    await _settle(stack)
+    messages = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    unfinished = [m for m in messages if "without completing response" in m[2]]
+    ours = [m for m in messages if "upstream broke off its answer" in m[2]]
+    if quiet:
+        assert unfinished == []
+        assert len(ours) == 1
+        assert ours[0][:2] == ("rollcap.server", logging.WARNING)
+        assert "/v1/chat/completions" in ours[0][2]
+    else:
+        assert len(unfinished) == 1
+    # Another unfinished response (not rollcap's doing) would still be reported.
+    assert _middleware._FILTER.filter(
+        logging.LogRecord("uvicorn.error", logging.ERROR, "", 0, _middleware._UNFINISHED, (), None)
+    )

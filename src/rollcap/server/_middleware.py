@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,24 @@ _CLIENT_GONE = (asyncio.CancelledError, OSError, ClientDisconnect)
 
 class UpstreamBroke(Exception):
     """Upstream broke its answer off; the client's connection is to be broken off too."""
+
+
+# Set in the request's task when rollcap leaves a response unfinished on purpose.
+_BROKE_OFF: ContextVar[bool] = ContextVar("rollcap_broke_off", default=False)
+_UNFINISHED = "ASGI callable returned without completing response."
+
+
+class _DeliberatelyUnfinished(logging.Filter):
+    """uvicorn reports every response an app leaves unfinished as an error. The ones rollcap
+    leaves unfinished on purpose (upstream broke its answer off) are logged once by rollcap,
+    as what happened, instead. uvicorn logs from the request's own task, so the flag set there
+    is what it sees."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_BROKE_OFF.get() and record.msg == _UNFINISHED)
+
+
+_FILTER = _DeliberatelyUnfinished()
 
 
 def _upstream_broke(exc: BaseException) -> bool:
@@ -96,6 +115,7 @@ class CaptureMiddleware:
     def __init__(self, app: ASGIApp, state: CaptureState) -> None:
         self.app = app
         self.state = state
+        logging.getLogger("uvicorn.error").addFilter(_FILTER)  # added once, whatever the count
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,6 +128,13 @@ class CaptureMiddleware:
                 raise
             # Returning with the response unfinished makes the server drop the connection, which
             # is what the client would have seen from upstream directly.
+            _BROKE_OFF.set(True)
+            log.warning(
+                "%s %s: upstream broke off its answer; the client's connection is closed the "
+                "same way",
+                scope.get("method"),
+                scope.get("path"),
+            )
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The id is read from the path as sent: in the decoded path "a%2Fb" would pass as the
