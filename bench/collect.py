@@ -5,7 +5,9 @@
 The fake upstream (``python -m rollcap.testing``) and two environments (``rollcap env start``
 with the mcqa resources server and its agent), one with capture off and one with capture on, run
 in processes of their own; collection runs here against each agent in turn, over the example
-MCQA tasks repeated to N rollouts. Reported: rollouts/s for each and the ratio on/off.
+MCQA tasks repeated to N rollouts, in 3 alternating rounds (each capture-on round a fresh
+environment and capture directory, as a new run). Reported: the median rollouts/s of each and
+the ratio on/off.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import asyncio
 import shutil
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -40,6 +43,27 @@ def _agent_url(lines: list[str]) -> str:
     raise RuntimeError("env start printed no agent")
 
 
+ROUNDS = 3
+
+
+def _run(agent: str, example: Path, out: Path, capture_dir: Path | None, repeats: int,
+         concurrency: int) -> float:  # fmt: skip
+    start = time.perf_counter()
+    summary = asyncio.run(
+        collect(
+            agent,
+            example,
+            out,
+            capture_dir=capture_dir,
+            num_repeats=repeats,
+            concurrency=concurrency,
+        )
+    )
+    elapsed = time.perf_counter() - start
+    assert summary.failed == 0, summary
+    return summary.ran / elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=2000, help="rollouts per run")
@@ -56,36 +80,29 @@ def main() -> None:
         with started(up_args, "http") as (_, up_lines):
             upstream = up_lines[0].strip()
             common = [f"++policy_base_url={upstream}/v1", f"++policy_api_key={KEY}"]
-            capture = ["++observability_enabled=true", f"++model_call_capture_dir={work / 'calls'}"]
-            with (
-                started([*env, "--head-port", str(_free_port()), *common], "head") as (_, off),
-                started([*env, "--head-port", str(_free_port()), *common, *capture], "head") as (
-                    _,
-                    on,
-                ),
-            ):
-                rates = {}
-                for label, lines, capture_dir in (
-                    ("capture off", off, None),
-                    ("capture on", on, work / "calls"),
-                ):
-                    start = time.perf_counter()
-                    summary = asyncio.run(
-                        collect(
-                            _agent_url(lines),
-                            example,
-                            work / f"{label.replace(' ', '_')}.jsonl",
-                            capture_dir=capture_dir,
-                            num_repeats=repeats,
-                            concurrency=args.concurrency,
-                        )
+            rates: dict[str, list[float]] = {"capture off": [], "capture on": []}
+            with started([*env, "--head-port", str(_free_port()), *common], "head") as (_, off):
+                for n in range(ROUNDS):
+                    out = work / f"off-{n}.jsonl"
+                    rates["capture off"].append(
+                        _run(_agent_url(off), example, out, None, repeats, args.concurrency)
                     )
-                    elapsed = time.perf_counter() - start
-                    assert summary.failed == 0, summary
-                    rates[label] = summary.ran / elapsed
-                    print(f"{label:<12} {summary.ran} rollouts in {elapsed:.1f} s: "
-                          f"{rates[label]:.0f} rollouts/s")  # fmt: skip
-        ratio = rates["capture on"] / rates["capture off"]
+                    # Each capture-on round is a new run: a fresh environment and an empty
+                    # capture directory, as a user's next run would have.
+                    calls = work / f"calls-{n}"
+                    capture = ["++observability_enabled=true", f"++model_call_capture_dir={calls}"]
+                    on_env = [*env, "--head-port", str(_free_port()), *common, *capture]
+                    with started(on_env, "head") as (_, on):
+                        out = work / f"on-{n}.jsonl"
+                        rates["capture on"].append(
+                            _run(_agent_url(on), example, out, calls, repeats, args.concurrency)
+                        )
+        ran = repeats * len(example.read_text().splitlines())
+        for label, values in rates.items():
+            print(f"{label:<12} {ran} rollouts x {ROUNDS} rounds: median "
+                  f"{statistics.median(values):.0f} rollouts/s "
+                  f"({', '.join(f'{v:.0f}' for v in values)})")  # fmt: skip
+        ratio = statistics.median(rates["capture on"]) / statistics.median(rates["capture off"])
         print(f"capture on / off: {ratio:.2f} ({args.concurrency} concurrent, 2 cores shared)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
