@@ -59,8 +59,8 @@ CAPTURE_SUFFIX = ".capture.jsonl"
 INCOMPLETE_SUFFIX = ".capture.incomplete"
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
-# Files append_many syncs at once; more overlapping syncs stop paying off on one device.
-_SYNC_THREADS = 16
+# Threads append_many syncs a batch's files in, each its share one after another.
+_SYNC_LANES = 4
 
 
 class CaptureReadError(ValueError):
@@ -373,12 +373,17 @@ class CaptureStore:
             path, indexes, handle, pending, sync = deferred[0]
             settle(path, indexes, handle, self._finish(handle, pending, sync))
         elif deferred:
-            # One sync after another would cost a device flush each, and bound the batch's
-            # rate by the flush time; syncs that overlap share one journal commit and flush.
+            # One sync after another would bound the batch's rate by the device's flush time;
+            # syncs that overlap share the flush. A few lanes of syncs overlap enough, and a
+            # thread per file cost more in thread switches than it saved (bench/proxy.py).
+            lanes = [deferred[i::_SYNC_LANES] for i in range(min(_SYNC_LANES, len(deferred)))]
             pool = self._syncs()
-            finished = [pool.submit(self._finish, d[2], d[3], d[4]) for d in deferred]
-            for (path, indexes, handle, _, _), future in zip(deferred, finished, strict=True):
-                settle(path, indexes, handle, future.result())
+            finished = [pool.submit(self._finish_lane, lane) for lane in lanes]
+            for lane, future in zip(lanes, finished, strict=True):
+                for (path, indexes, handle, _, _), outcome in zip(
+                    lane, future.result(), strict=True
+                ):
+                    settle(path, indexes, handle, outcome)
         for _path, indexes in retry:  # the file went away under us: one by one, as append does
             for i in indexes:
                 try:
@@ -387,11 +392,16 @@ class CaptureStore:
                     results[i] = exc
         return results
 
+    def _finish_lane(
+        self, lane: list[tuple[str, list[int], _Handle, _Pending, _Sync]]
+    ) -> list[bool | BaseException]:
+        return [self._finish(handle, pending, sync) for _, _, handle, pending, sync in lane]
+
     def _syncs(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._sync_pool is None:
                 self._sync_pool = ThreadPoolExecutor(
-                    max_workers=_SYNC_THREADS, thread_name_prefix="rollcap-sync"
+                    max_workers=_SYNC_LANES, thread_name_prefix="rollcap-sync"
                 )
             return self._sync_pool
 
