@@ -426,3 +426,34 @@ async def test_namespaced_tools_keep_one_identity_so_the_rollout_stays_one_chain
     (chain,) = linearize(stack.staging_dir, "rl-ns")
     assert len(chain.model_call_ids) == 3
     assert [line["disposition"] for line in stack.ledger("rl-ns")] == ["staged"] * 3
+
+
+async def test_a_ledger_that_cannot_be_written_never_fails_the_call(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the ledger directory should be")
+    async with FakeUpstream(api_key=UPSTREAM_KEY) as upstream:
+        worker = create_worker_app(
+            WorkerSettings(
+                upstream_url=upstream.url, staging_dir=tmp_path / "staging", api_key=UPSTREAM_KEY
+            )
+        )
+        async with serving(worker) as worker_url:
+            settings = ModelServerSettings(
+                model_type="vllm_model",
+                base_url=worker_url + "/v1",
+                external_staging=True,
+                ledger_dir=blocked,
+            )
+            async with (
+                serving(create_model_app(settings)) as url,
+                _openai(f"{url}/ng-rollout/rl-l/v1") as client,
+            ):
+                answer = await client.chat.completions.create(
+                    model="text", messages=[{"role": "user", "content": "hi"}]
+                )
+    assert answer.choices[0].message.content  # served, and staged by the worker all the same
+    (chain,) = linearize(tmp_path / "staging", "rl-l")
+    assert len(chain.model_call_ids) == 1
+    assert any("token ledger write failed" in r.getMessage() for r in caplog.records)
