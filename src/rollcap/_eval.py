@@ -11,7 +11,7 @@ import contextlib
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -160,13 +160,22 @@ async def _agent_and_model(
 
 
 async def run_eval(
-    request: EvalRequest, config: Mapping[str, Any], *, progress: Progress | None = None
+    request: EvalRequest,
+    config: Mapping[str, Any],
+    *,
+    progress: Progress | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> tuple[CollectionSummary, int | None]:
-    """Collect; returns the summary and the model server's count of uncorrelated calls."""
+    """Collect; returns the summary and the model server's count of uncorrelated calls.
+
+    ``on_started`` is called once the servers (if any) are up, before the first rollout.
+    """
     settings = RunSettings.from_config(config)
     if not request.input_path.is_file():
         raise ConfigError(f"--input {request.input_path}: no such file")
     async with _agent_and_model(request, config) as (agent_url, model_url):
+        if on_started is not None:
+            on_started()
         summary = await collect(
             agent_url,
             request.input_path,

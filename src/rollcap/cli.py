@@ -281,7 +281,9 @@ def _eval_run(args: argparse.Namespace) -> int:
     progress = Progress()
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            summary, uncorrelated = runner.run(run_eval(request, config, progress=progress))
+            summary, uncorrelated = runner.run(
+                run_eval(request, config, progress=progress, on_started=_freeze_startup)
+            )
     finally:
         progress.close()
     print(format_summary(summary, uncorrelated))
