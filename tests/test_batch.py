@@ -86,3 +86,27 @@ async def test_an_idle_thread_ends_by_itself_and_a_new_submit_starts_another() -
     assert not batch.running
     assert await batch.submit(2) == 2
     batch.close()
+
+
+def test_a_forked_child_gets_a_working_batch_thread_of_its_own() -> None:
+    import multiprocessing
+
+    batch: BatchThread[int, int] = BatchThread(list, "test-batch-fork")
+
+    async def use() -> int:
+        return await batch.submit(7)
+
+    assert asyncio.run(use()) == 7  # the parent's thread is running now
+    assert batch.running
+
+    def child(out: multiprocessing.SimpleQueue[int]) -> None:
+        out.put(asyncio.run(use()))
+
+    context = multiprocessing.get_context("fork")
+    out: multiprocessing.SimpleQueue[int] = context.SimpleQueue()
+    process = context.Process(target=child, args=(out,))
+    process.start()
+    process.join(30)
+    assert process.exitcode == 0
+    assert out.get() == 7
+    batch.close()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -66,6 +68,14 @@ class BatchThread(Generic[T, R]):
         self._queue: list[tuple[T, asyncio.Future[R], asyncio.AbstractEventLoop]] = []
         self._thread: threading.Thread | None = None
         self._closing = False
+        _INSTANCES.add(self)
+
+    def _forget_after_fork(self) -> None:
+        # The parent's thread is not in the child, and its queue waits for the parent's loops.
+        self._wake = threading.Condition()
+        self._queue = []
+        self._thread = None
+        self._closing = False
 
     async def submit(self, item: T) -> R:
         loop = asyncio.get_running_loop()
@@ -120,3 +130,14 @@ class BatchThread(Generic[T, R]):
         with self._wake:
             self._thread = None
             self._closing = False
+
+
+_INSTANCES: weakref.WeakSet[BatchThread[Any, Any]] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for instance in list(_INSTANCES):
+        instance._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
