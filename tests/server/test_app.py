@@ -514,7 +514,7 @@ async def test_a_deliberately_broken_stream_is_logged_as_such_not_as_a_server_er
     monkeypatch: pytest.MonkeyPatch,
     quiet: bool,
 ) -> None:
-    from rollcap.server import _middleware
+    from rollcap import _relay as _middleware
 
     if not quiet:  # without the filter uvicorn's own line shows: the check below can fail
         monkeypatch.setattr(_middleware._FILTER, "filter", lambda record: True)

@@ -600,3 +600,23 @@ async def test_behind_the_model_server(
     assert not any(CAPTURE_FIELD in r.json for r in upstream.requests)
     last_answer = [*encode(messages[-2]["content"]), END]
     assert chain.token_ids == render_prompt(messages[:-2]) + last_answer
+
+
+async def test_a_passed_through_stream_that_upstream_breaks_breaks_the_same_way(
+    worker: Worker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with worker.session.post(
+        worker.url + CHAT,
+        data=orjson.dumps(chat_body(stream=True)),
+        headers={"x-fake-scenario": "truncate", "x-fake-events": "8"},
+    ) as response:
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()  # no clean end an SDK could take for a finished answer
+    messages = [(r.name, r.getMessage()) for r in caplog.records]
+    assert not [m for m in messages if "without completing response" in m[1]]
+    assert not [m for m in messages if "Exception in ASGI application" in m[1]]
+    assert [m[0] for m in messages if "upstream broke off its answer" in m[1]] == ["rollcap.worker"]
+    # The worker keeps serving.
+    assert (await worker.post(chat_body())).status == 200

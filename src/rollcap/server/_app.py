@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import time
@@ -21,13 +20,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rollcap._http import RESPONSE_DROP, forwarding_session
+from rollcap._relay import StreamResponse, UpstreamBroke
 from rollcap.server._answers import error_body, json_response, read_whole
 from rollcap.server._middleware import (
     DIALECT_ROUTES,
     RECORDER_KEY,
     CaptureMiddleware,
     CaptureState,
-    UpstreamBroke,
 )
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation, error_for_client
@@ -151,7 +150,7 @@ class _Forwarder:
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_DROP}
         content_type = upstream.headers.get("content-type", "")
         if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            return _StreamResponse(self._stream(upstream, recorder), upstream.status, out_headers)
+            return StreamResponse(self._stream(upstream, recorder), upstream.status, out_headers)
         chunks: list[bytes] = []
         try:
             async for chunk in upstream.content.iter_any():
@@ -211,7 +210,7 @@ class _Forwarder:
         upstream = opened
         content_type = upstream.headers.get("content-type", "")
         if 200 <= upstream.status < 300 and content_type.startswith("text/event-stream"):
-            return _StreamResponse(
+            return StreamResponse(
                 self._translated_stream(upstream, translation.stream(), recorder),
                 200,
                 {"content-type": "text/event-stream; charset=utf-8"},
@@ -249,48 +248,6 @@ class _Forwarder:
         out += translator.finish()
         if out:
             yield b"".join(encode_event(e) for e in out)
-
-
-class _StreamResponse(Response):
-    """Forward a stream chunk by chunk, and stop when the client goes away.
-
-    Starlette's StreamingResponse watches for the disconnect with a task group per response;
-    one plain task, looked at between chunks, does the same job for less (bench/proxy.py: time
-    to first chunk). A client that left is noticed at the next chunk or, if upstream goes
-    quiet, when the upstream read times out.
-    """
-
-    def __init__(
-        self, chunks: AsyncGenerator[bytes, None], status: int, headers: dict[str, str]
-    ) -> None:
-        super().__init__(status_code=status)
-        self.chunks = chunks
-        self.raw_headers = [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
-        ]
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        start = {
-            "type": "http.response.start",
-            "status": self.status_code,
-            "headers": self.raw_headers,
-        }
-        await send(start)
-        gone = asyncio.ensure_future(_disconnected(receive))
-        try:
-            async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if gone.done():
-                    return  # unfinished on purpose: the capture records the call as cancelled
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            gone.cancel()
-            await self.chunks.aclose()  # releases the upstream response now, not at GC
-
-
-async def _disconnected(receive: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 class _CutResponse(Response):

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,13 +20,14 @@ import anyio.to_thread
 import orjson
 from starlette.requests import ClientDisconnect
 
+from rollcap._relay import break_off_on, upstream_broke
 from rollcap.records import new_model_call_id
 from rollcap.routing import ROLLOUT_PREFIX, SCOPE_ROLLOUT_ID_KEY, split_prefix
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock
 from rollcap.server._writer import RecordWriter
 from rollcap.store import CaptureStore
 
-__all__ = ["DIALECT_ROUTES", "RECORDER_KEY", "CaptureMiddleware", "CaptureState", "UpstreamBroke"]
+__all__ = ["DIALECT_ROUTES", "RECORDER_KEY", "CaptureMiddleware", "CaptureState"]
 
 log = logging.getLogger("rollcap.server")
 
@@ -48,36 +48,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Any]
 
 # What a send to a client that went away raises, depending on the server and the response class.
 _CLIENT_GONE = (asyncio.CancelledError, OSError, ClientDisconnect)
-
-
-class UpstreamBroke(Exception):
-    """Upstream broke its answer off; the client's connection is to be broken off too."""
-
-
-# Set in the request's task when rollcap leaves a response unfinished on purpose.
-_BROKE_OFF: ContextVar[bool] = ContextVar("rollcap_broke_off", default=False)
-_UNFINISHED = "ASGI callable returned without completing response."
-
-
-class _DeliberatelyUnfinished(logging.Filter):
-    """uvicorn reports every response an app leaves unfinished as an error. The ones rollcap
-    leaves unfinished on purpose (upstream broke its answer off) are logged once by rollcap,
-    as what happened, instead. uvicorn logs from the request's own task, so the flag set there
-    is what it sees."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (_BROKE_OFF.get() and record.msg == _UNFINISHED)
-
-
-_FILTER = _DeliberatelyUnfinished()
-
-
-def _upstream_broke(exc: BaseException) -> bool:
-    if isinstance(exc, UpstreamBroke):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_upstream_broke(inner) for inner in exc.exceptions)
-    return False
 
 
 @dataclass(slots=True)
@@ -115,26 +85,12 @@ class CaptureMiddleware:
     def __init__(self, app: ASGIApp, state: CaptureState) -> None:
         self.app = app
         self.state = state
-        logging.getLogger("uvicorn.error").addFilter(_FILTER)  # added once, whatever the count
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        try:
-            await self._route(scope, receive, send)
-        except BaseException as exc:
-            if not _upstream_broke(exc):
-                raise
-            # Returning with the response unfinished makes the server drop the connection, which
-            # is what the client would have seen from upstream directly.
-            _BROKE_OFF.set(True)
-            log.warning(
-                "%s %s: upstream broke off its answer; the client's connection is closed the "
-                "same way",
-                scope.get("method"),
-                scope.get("path"),
-            )
+        await break_off_on(self._route, scope, receive, send, log)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The id is read from the path as sent: in the decoded path "a%2Fb" would pass as the
@@ -245,7 +201,7 @@ class CaptureMiddleware:
         except BaseException as exc:
             if not recorder.finished:
                 failure: CallFailure | None
-                if _upstream_broke(exc):
+                if upstream_broke(exc):
                     failure = None  # upstream's doing: the record says truncated / unparseable
                 elif client_gone or isinstance(exc, _CLIENT_GONE):
                     failure = CallFailure.CANCELLED

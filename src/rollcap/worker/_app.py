@@ -21,10 +21,9 @@ Without ``ng_capture`` a request is passed through untouched (streams included),
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +31,13 @@ import aiohttp
 import anyio.to_thread
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from rollcap._http import RESPONSE_DROP
+from rollcap._relay import BreakOffMiddleware, StreamResponse, UpstreamBroke
 from rollcap.dialects._base import openai_error
 from rollcap.staging import (
     CAPTURE_FIELD,
@@ -142,7 +143,7 @@ class _Worker:
         out_headers = _forwarded_headers(upstream, rewritten=False)
         content_type = upstream.headers.get("content-type", "")
         if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            return _Relay(upstream, out_headers)
+            return StreamResponse(_relayed(upstream), upstream.status, out_headers)
         try:
             data = await upstream.read()
         except TimeoutError:
@@ -253,39 +254,15 @@ class _Worker:
             self.capture_failed += 1
 
 
-class _Relay(Response):
-    """An upstream stream forwarded chunk by chunk, until it ends or the client leaves.
-
-    One plain task watches for the client leaving, looked at between chunks; a client that left
-    is noticed at the next chunk or, if upstream goes quiet, when the upstream read times out.
-    """
-
-    def __init__(self, upstream: aiohttp.ClientResponse, headers: dict[str, str]) -> None:
-        super().__init__(status_code=upstream.status)
-        self.upstream = upstream
-        self.raw_headers = [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
-        ]
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-        gone = asyncio.ensure_future(_disconnected(receive))
-        try:
-            async for chunk in self.upstream.content.iter_any():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if gone.done():
-                    return
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            gone.cancel()
-            self.upstream.release()
-
-
-async def _disconnected(receive: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+async def _relayed(upstream: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
+    """Upstream's stream as it comes; broken off, or silent too long, it breaks the client's."""
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise UpstreamBroke(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        upstream.release()
 
 
 def create_worker_app(settings: WorkerSettings) -> Starlette:
@@ -309,6 +286,10 @@ def create_worker_app(settings: WorkerSettings) -> Starlette:
         Route(MODELS_PATH, worker.pass_through, methods=["GET"]),
         Route("/health", worker.health, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(BreakOffMiddleware, log=log)],
+    )
     app.state.worker = worker
     return app
