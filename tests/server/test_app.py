@@ -538,3 +538,30 @@ async def test_a_deliberately_broken_stream_is_logged_as_such_not_as_a_server_er
     assert _middleware._FILTER.filter(
         logging.LogRecord("uvicorn.error", logging.ERROR, "", 0, _middleware._UNFINISHED, (), None)
     )
+
+
+async def test_upstream_silent_mid_stream_breaks_the_client_stream_and_is_timeout(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    settings = settings_for(upstream.url, tmp_path, read_timeout_s=0.3)
+    async with model_server(settings) as url, aiohttp.ClientSession() as session:
+        async with session.post(
+            f"{url}/ng-rollout/silent/v1/chat/completions",
+            data=orjson.dumps(request_body("chat", stream=True)),
+            headers={
+                "content-type": "application/json",
+                **client_headers("chat", "text", key=CLIENT_KEY),
+                "x-fake-events": "3",
+                "x-fake-chunk-delay-ms": "1000",
+            },
+        ) as response:
+            assert response.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await response.read()  # not a clean end an SDK could take for a whole answer
+        for _ in range(300):
+            if CaptureStore(tmp_path).read("silent"):
+                break
+            await asyncio.sleep(0.01)
+    (record,) = CaptureStore(tmp_path).read("silent")
+    assert record["error_category"] == "timeout"
+    assert record["status_code"] == 200

@@ -180,9 +180,12 @@ class _Forwarder:
                 if recorder is not None:
                     recorder.first_byte(time.monotonic())
                 yield chunk
-        except TimeoutError:
+        except TimeoutError as exc:
+            # Upstream went silent mid-stream: the client's stream is broken off (a clean end
+            # would pass for a finished answer) and the record says timeout.
             if recorder is not None:
                 recorder.fail(CallFailure.TIMEOUT)
+            raise UpstreamBroke("upstream went silent mid-stream") from exc
         except aiohttp.ClientError as exc:
             # Upstream broke the stream: the client's stream breaks the same way (no clean end
             # that an SDK could take for a finished answer), and the record says so.
