@@ -382,8 +382,15 @@ def test_a_directory_stage_that_fails_part_way_stages_nothing(tmp_path: Path) ->
 # -- memory and configuration -----------------------------------------------------------------
 
 
+class _WriteOnlySink:
+    """A sink that cannot read its records back: nothing forgotten can be recovered."""
+
+    def stage(self, record: StagedCallRecord, *, attachments: Any = None) -> None:
+        pass
+
+
 def test_memory_is_bounded_and_forget_drops_a_rollout() -> None:
-    capture, _ = new_capture(max_rollouts=2)
+    capture, _ = new_capture(_WriteOnlySink(), max_rollouts=2)
     for rollout in ("1-0", "2-0", "3-0"):
         assert stage(capture, rollout, "aa", [1], [2]).staged
     assert capture.remembered_rollouts == ["2-0", "3-0"]
@@ -399,6 +406,41 @@ def test_memory_is_bounded_and_forget_drops_a_rollout() -> None:
     assert stage(capture, "2-0", "cc", [1, 2, 3], [4], parent="bb").reason_code == (
         REASON_UNKNOWN_PARENT
     )
+
+
+def test_a_forgotten_or_evicted_rollout_is_recovered_from_a_readable_sink() -> None:
+    capture, sink = new_capture(max_rollouts=1)
+    assert stage(capture, "1-0", "aa", [1], [2]).staged
+    assert stage(capture, "2-0", "aa", [1], [2]).staged  # evicts 1-0 from memory
+    assert capture.remembered_rollouts == ["2-0"]
+    assert stage(capture, "1-0", "bb", [1, 2, 7], [3], parent="aa").staged
+    capture.forget("1-0")
+    assert stage(capture, "1-0", "cc", [1, 2, 7, 3, 8], [4], parent="bb").staged
+    (chain,) = linearize(sink, "1-0")
+    assert list(chain.token_ids) == [1, 2, 7, 3, 8, 4]
+    assert list(chain.loss_mask) == [0, 1, 0, 1, 0, 1]
+
+
+def test_a_restarted_capture_continues_a_rollout_staged_in_its_directory(tmp_path: Path) -> None:
+    first = RolloutTokenCapture(DirectoryStagingSink(tmp_path), VLLMCaptureAdapter(), 1)
+    assert stage(first, "0-0", "aa", [1], [2]).staged
+    restarted = RolloutTokenCapture(DirectoryStagingSink(tmp_path), VLLMCaptureAdapter(), 1)
+    assert stage(restarted, "0-0", "bb", [1, 2, 9], [3], parent="aa").staged
+    (chain,) = linearize(tmp_path, "0-0")
+    assert list(chain.model_call_ids) == ["aa", "bb"]
+
+
+def test_a_tampered_record_is_not_trusted_for_recovery(tmp_path: Path) -> None:
+    first = RolloutTokenCapture(DirectoryStagingSink(tmp_path), VLLMCaptureAdapter(), 1)
+    assert stage(first, "0-0", "aa", [1], [2]).staged
+    path = tmp_path / "0-0" / "aa" / "record.json"
+    original = path.read_bytes()
+    tampered = original.replace(b'"token_ids":[1,2]', b'"token_ids":[1,5]')
+    assert tampered != original
+    path.write_bytes(tampered)
+    restarted = RolloutTokenCapture(DirectoryStagingSink(tmp_path), VLLMCaptureAdapter(), 1)
+    coords = stage(restarted, "0-0", "bb", [1, 5, 9], [3], parent="aa")
+    assert coords.reason_code == REASON_UNKNOWN_PARENT
 
 
 def test_a_call_keeps_the_weight_version_it_began_with() -> None:

@@ -620,3 +620,21 @@ async def test_a_passed_through_stream_that_upstream_breaks_breaks_the_same_way(
     assert [m[0] for m in messages if "upstream broke off its answer" in m[1]] == ["rollcap.worker"]
     # The worker keeps serving.
     assert (await worker.post(chat_body())).status == 200
+
+
+async def test_a_restarted_worker_continues_the_chain_from_its_staging_directory(
+    upstream: FakeUpstream, staging_dir: Path, session: aiohttp.ClientSession
+) -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": FIRST_QUESTION}]
+    settings = settings_for(upstream.url + "/v1", staging_dir)
+    async with worker_at(settings) as url:
+        first = await Worker(url, staging_dir, session).post(chat_body(messages, admission("c1")))
+    assert first.coords.staged
+    messages += [_assistant(_without_coords(first.json)), {"role": "user", "content": "More?"}]
+    async with worker_at(settings) as url:  # a new process would start just like this
+        second = await Worker(url, staging_dir, session).post(
+            chat_body(messages, admission("c2", parent="c1"))
+        )
+    assert second.coords.staged, second.coords.reason
+    (chain,) = linearize(staging_dir, "r-0")
+    assert chain.model_call_ids == ("c1", "c2")

@@ -23,6 +23,7 @@ from typing import Any
 
 from rollcap.staging._adapters import CaptureAdapter
 from rollcap.staging._digest import ROOT_CHAIN_HASH
+from rollcap.staging._linearize import linearize_records
 from rollcap.staging._records import (
     REASON_CALL_FAILED,
     REASON_DUPLICATE_CALL,
@@ -142,7 +143,8 @@ class RolloutTokenCapture:
             self._weight_version = checked
 
     def forget(self, rollout_id: str) -> None:
-        """Drop what is remembered of a rollout; its later child calls will fail to capture."""
+        """Drop what is remembered of a rollout. Its later child calls recover it from the sink
+        when the sink can read records back (``DirectoryStagingSink`` can), else fail."""
         with self._lock:
             self._rollouts.pop(rollout_id, None)
 
@@ -151,6 +153,53 @@ class RolloutTokenCapture:
         """The rollouts held in memory, least recently used first."""
         with self._lock:
             return list(self._rollouts)
+
+    def _remembered(self, rollout_id: str) -> dict[str, _StagedCall]:
+        """Under the lock: the rollout's calls, made most recent, least recent ones evicted."""
+        calls = self._rollouts.get(rollout_id)
+        if calls is None:
+            calls = self._rollouts[rollout_id] = {}
+            while len(self._rollouts) > self.max_rollouts:
+                self._rollouts.popitem(last=False)
+        else:
+            self._rollouts.move_to_end(rollout_id)
+        return calls
+
+    def _knows(self, rollout_id: str, model_call_id: str) -> bool:
+        with self._lock:
+            calls = self._rollouts.get(rollout_id)
+            return calls is not None and model_call_id in calls
+
+    def _recover(self, rollout_id: str) -> None:
+        """Remember a rollout's staged calls again from a sink that can read them back.
+
+        A worker that restarted (or evicted the rollout) would otherwise fail every later call
+        of it as ``unknown_parent``. What is read is verified as ``linearize`` would; a record
+        that does not verify is not trusted, and the call fails as before.
+        """
+        read = getattr(self.sink, "read", None)
+        if not callable(read):
+            return
+        try:
+            records = read(rollout_id)
+            linearize_records(rollout_id, records)  # every digest and chain hash
+        except Exception as exc:
+            logger.warning(
+                "token capture: rollout %s not recovered from the sink: %s", rollout_id, exc
+            )
+            return
+        with self._lock:
+            calls = self._remembered(rollout_id)
+            for record in records:
+                calls.setdefault(
+                    record.model_call_id,
+                    _StagedCall(
+                        record.parent_model_call_id,
+                        record.prev_len,
+                        array("Q", record.token_ids),
+                        record.chain_hash,
+                    ),
+                )
 
     def _full_ids(self, calls: Mapping[str, _StagedCall], model_call_id: str) -> array[int]:
         path: list[_StagedCall] = []
@@ -208,6 +257,8 @@ class RolloutTokenCapture:
         key = admission.staging_key
         pinned = admission.required_prefix_token_ids
         parent_id = admission.parent_model_call_id
+        if parent_id is not None and not self._knows(admission.rollout_id, parent_id):
+            self._recover(admission.rollout_id)  # reads the sink: outside the lock
         with self._lock:
             calls = self._rollouts.get(admission.rollout_id)
             if calls is not None:
@@ -220,8 +271,8 @@ class RolloutTokenCapture:
                 call = pending(_prefix=pinned or ())
             elif calls is None or parent_id not in calls:
                 return pending(
-                    f"{REASON_UNKNOWN_PARENT}: parent {parent_id} of {key} was not staged by "
-                    "this capture (never begun here, failed, forgotten or evicted)",
+                    f"{REASON_UNKNOWN_PARENT}: parent {parent_id} of {key} is neither remembered "
+                    "by this capture nor staged (verifiably) in its sink",
                 )
             else:
                 parent = calls[parent_id]
@@ -413,14 +464,7 @@ class RolloutTokenCapture:
         )
         with self._lock:
             self._in_flight.pop(call.staging_key, None)
-            calls = self._rollouts.get(call.rollout_id)
-            if calls is None:
-                calls = self._rollouts[call.rollout_id] = {}
-                while len(self._rollouts) > self.max_rollouts:
-                    self._rollouts.popitem(last=False)
-            else:
-                self._rollouts.move_to_end(call.rollout_id)
-            calls[call.model_call_id] = staged
+            self._remembered(call.rollout_id)[call.model_call_id] = staged
         return record.coords()
 
     # -- failure helpers -----------------------------------------------------------------------

@@ -176,7 +176,10 @@ class _Worker:
     ) -> Response:
         outgoing = orjson.dumps(upstream_request(self.adapter, body, admission))
         headers = self.upstream.headers(request.headers.items(), json_body=True)
-        call = self.capture.begin_call(admission)
+        # In a thread: a parent the capture does not remember is looked up in the staging
+        # directory. Shielded: a begun call must reach the try below, which ends it once.
+        with anyio.CancelScope(shield=True):
+            call = await anyio.to_thread.run_sync(self.capture.begin_call, admission)
         try:
             outcome = await self._ask(outgoing, headers)
         except BaseException:
