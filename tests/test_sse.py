@@ -105,3 +105,34 @@ _line_text = st.text(
 def test_encoded_events_decode_back(events: list[SSEEvent]) -> None:
     raw = b"".join(encode_event(e) for e in events)
     assert decode(raw) == events
+
+
+_LINE_TEXT = st.text(
+    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12
+)
+_RAW_BLOCK = st.one_of(
+    _LINE_TEXT.map(lambda t: f"data: {t}\n\n"),
+    st.tuples(_LINE_TEXT, _LINE_TEXT).map(lambda p: f"event: {p[0]}\ndata: {p[1]}\n\n"),
+    st.tuples(_LINE_TEXT, _LINE_TEXT).map(lambda p: f"data: {p[0]}\ndata: {p[1]}\n\n"),
+    _LINE_TEXT.map(lambda t: f"id: {t}\ndata: x\n\n"),
+    _LINE_TEXT.map(lambda t: f": {t}\n\n"),
+    _LINE_TEXT.map(lambda t: f"event: {t}\n\n"),
+    _LINE_TEXT.map(lambda t: f"data:{t}\r\n\r\n"),
+    st.just("retry: 5\ndata: r\n\n"),
+    st.just("data: half"),
+    st.just("\n"),
+)
+
+
+@given(st.lists(_RAW_BLOCK, max_size=12))
+def test_a_chunk_per_event_decodes_as_the_same_bytes_fed_one_at_a_time(blocks: list[str]) -> None:
+    # A chunk that is one whole event takes a shortcut; it must give exactly what the
+    # line-by-line path gives, whatever came before it (ids, half events, CRs).
+    chunks = [b.encode() for b in ["data: start\n\n", *blocks]]
+    whole = SSEDecoder()
+    by_chunk = [e for c in chunks for e in whole.feed(c)] + whole.flush(dispatch_unterminated=True)
+    single = SSEDecoder()
+    stream = b"".join(chunks)
+    by_byte = [e for i in range(len(stream)) for e in single.feed(stream[i : i + 1])]
+    by_byte += single.flush(dispatch_unterminated=True)
+    assert by_chunk == by_byte

@@ -60,6 +60,23 @@ class SSEDecoder:
         events: list[SSEEvent] = []
         if not chunk:
             return events
+        if (
+            self._started
+            and not self._buffer
+            and not self._pending_cr
+            and not self._has_data
+            and self._event is None
+            and self._id is None
+            and self._retry is None
+            and chunk.endswith(b"\n\n")
+            and b"\r" not in chunk
+        ):
+            # A chunk that is exactly one whole event, as servers send them, with nothing
+            # pending: the same event the line-by-line path makes, for far fewer steps.
+            event = self._whole_event(chunk)
+            if event is not None:
+                events.append(event)
+                return events
         buf = self._buffer
         start = 0
         if self._pending_cr:
@@ -99,6 +116,20 @@ class SSEDecoder:
             pos = nxt
         del buf[:pos]
         return events
+
+    def _whole_event(self, chunk: bytes) -> SSEEvent | None:
+        """``data: X`` or ``event: N`` + ``data: X``, then the blank line; else None."""
+        name: str | None = None
+        body = chunk
+        if chunk.startswith(b"event: "):
+            end = chunk.find(b"\n")
+            name = chunk[7:end].decode("utf-8", errors="replace") or None
+            body = chunk[end + 1 :]
+        if not body.startswith(b"data: ") or body.count(b"\n") != 2:
+            return None
+        return SSEEvent(
+            data=body[6:-2].decode("utf-8", errors="replace"), event=name, id=self._last_id
+        )
 
     def flush(self, *, dispatch_unterminated: bool = False) -> list[SSEEvent]:
         """End of stream. Returns the pending event only when asked to (see class docstring)."""
