@@ -722,3 +722,48 @@ def test_reassembly_never_raises(events: list[SSEEvent]) -> None:
         responses.normalize(result.response)
     for event in events:
         responses.is_terminal_event(event)
+
+
+def _fixture_events() -> list[tuple[str, list[SSEEvent]]]:
+    from pathlib import Path
+
+    from rollcap.sse import SSEDecoder
+
+    root = Path(__file__).parent.parent / "fixtures" / "responses"
+    out = []
+    for path in sorted(root.glob("*.sse")):
+        decoder = SSEDecoder()
+        events = decoder.feed(path.read_bytes()) + decoder.flush(dispatch_unterminated=True)
+        out.append((path.stem, events))
+    return out
+
+
+def _both(events: list[SSEEvent]) -> tuple[Reassembly, Reassembly]:
+    deferring, eager = responses.StreamReassembler(), responses.StreamReassembler(defer=False)
+    for event in events:
+        deferring.feed(event)
+        eager.feed(event)
+    return deferring.finish(), eager.finish()
+
+
+@pytest.mark.parametrize(("name", "events"), _fixture_events())
+def test_deferring_piecewise_events_never_changes_the_result(
+    name: str, events: list[SSEEvent]
+) -> None:
+    # Whole streams, streams cut before their terminal event (the answer is then rebuilt from
+    # every event), and a terminal or error event disguised under a piecewise event name.
+    terminal = max(
+        (i for i, e in enumerate(events) if e.event in responses._RESPONSE_TERMINALS), default=None
+    )
+    variants = [events]
+    if terminal is not None:
+        variants.append(events[:terminal])
+        variants.append([*events[:terminal], *events[terminal + 1 :]])
+    disguised = SSEEvent(
+        data='{"type":"error","code":"server_error","message":"boom"}',
+        event="response.output_text.delta",
+    )
+    variants.append([*events[: len(events) // 2], disguised, *events[len(events) // 2 :]])
+    for variant in variants:
+        deferred, eager = _both(variant)
+        assert deferred == eager, name

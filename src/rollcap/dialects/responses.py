@@ -130,7 +130,8 @@ def _event_type(event: SSEEvent, data: Mapping[str, Any]) -> str | None:
 
 def is_terminal_event(event: SSEEvent) -> bool:
     """True for ``response.completed`` / ``.incomplete`` / ``.failed`` and the ``error`` event."""
-    # No substring pre-filter: orjson parses a delta event as fast as one would scan it.
+    if _only_piecewise(event):
+        return False
     data = load_json_object(event.data)
     return data is not None and _event_type(event, data) in _TERMINAL_TYPES
 
@@ -217,6 +218,29 @@ _PART_EVENTS = {
 }
 
 
+# Events that only build the answer piece by piece. When the stream's terminal event carries the
+# whole response (every API stream does), they change nothing in the result, so their data is
+# parsed only if it turns out to be needed. An event is taken for one of them only when its data
+# cannot be a terminal or an error event in disguise: none of those names appear in it, nor a
+# JSON escape that could spell one.
+_PIECEWISE = frozenset(
+    {
+        *_PART_TEXT_EVENTS,
+        *_ITEM_TEXT_EVENTS,
+        *_PART_EVENTS,
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.output_text.annotation.added",
+    }
+)
+_NOT_IN_PIECEWISE = ("error", "response.completed", "response.incomplete", "response.failed", "\\u")
+
+
+def _only_piecewise(event: SSEEvent) -> bool:
+    data = event.data
+    return event.event in _PIECEWISE and not any(word in data for word in _NOT_IN_PIECEWISE)
+
+
 class StreamReassembler:
     """Feed each decoded event, then ``finish()``. Neither method raises, whatever the input.
 
@@ -229,9 +253,20 @@ class StreamReassembler:
     item's next part, but never skips a part index.
     """
 
-    __slots__ = ("_ended", "_error", "_final", "_items", "_outcome", "_pending", "_snapshot")
+    __slots__ = (
+        "_defer",
+        "_deferred",
+        "_ended",
+        "_error",
+        "_events",
+        "_final",
+        "_items",
+        "_outcome",
+        "_pending",
+        "_snapshot",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, *, defer: bool = True) -> None:
         self._snapshot: dict[str, Any] | None = None
         self._items: dict[int, dict[str, Any]] = {}
         self._final: dict[str, Any] | None = None
@@ -241,10 +276,20 @@ class StreamReassembler:
         # Deltas are collected in lists and joined once (at a ``.done`` or at finish): appending
         # to the stored string would copy it on every delta, quadratic in a long answer.
         self._pending: dict[tuple[int, str], tuple[dict[str, Any], str, list[str]]] = {}
+        # Every event in order, when piecewise ones are deferred: without a final response
+        # at the end, the answer is rebuilt from all of them.
+        self._defer = defer
+        self._events: list[SSEEvent] = []
+        self._deferred = False
 
     def feed(self, event: SSEEvent) -> None:
         if self._ended:
             return
+        if self._defer:
+            self._events.append(event)
+            if _only_piecewise(event):
+                self._deferred = True
+                return
         data = load_json_object(event.data)
         if data is None:
             return
@@ -271,6 +316,12 @@ class StreamReassembler:
             self._on_error(data)
 
     def finish(self) -> Reassembly:
+        if self._final is None and self._deferred:
+            # No whole response came: build it from every event, in order.
+            full = StreamReassembler(defer=False)
+            for event in self._events:
+                full.feed(event)
+            return full.finish()
         response = self._final if self._final is not None else self._rebuild()
         return Reassembly(response, self._outcome, self._error)
 
