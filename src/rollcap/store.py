@@ -332,9 +332,10 @@ class CaptureStore:
     ) -> list[BaseException | None]:
         """Append records of many rollouts durably: each file is written, then all are synced.
 
-        For a single writer thread serving many calls: the syncs follow all the writes, so the
-        filesystem commits the batch's size changes in one journal commit instead of one per
-        file. Returns each item's failure, or None once its line is written and synced.
+        For a single writer thread serving many calls: the syncs follow all the writes and
+        overlap, so they share the device's flushes (and, on a journaling filesystem, a journal
+        commit) instead of paying one each. Returns each item's failure, or None once its line
+        is written and synced.
         """
         results: list[BaseException | None] = [None] * len(items)
         groups: dict[str, list[int]] = {}
