@@ -2,10 +2,10 @@
 
 A record must be fsynced before its call's answer goes out, and the event loop must not block
 on that. The records of calls that finish while a batch is being written queue up; the
-thread (``rollcap._batch``) takes them all at once, writes every file and then syncs them
-(``CaptureStore.append_many``: one journal commit for the batch), and wakes each waiting loop
-once per batch. bench/proxy.py: 64-concurrent calls/s +6% non-streamed, +20% streamed over a
-thread-pool hand-off per record.
+thread (``rollcap._batch``) takes them all at once, writes every file and then syncs them in a
+few overlapping lanes (``CaptureStore.append_many``), and wakes each waiting loop once per
+batch. Measured against a thread-pool append per record: the writer alone 12-14k records/s
+against 6k at a third of the CPU; the model server's capture-on throughput +15-20%.
 """
 
 from __future__ import annotations
