@@ -23,7 +23,7 @@ from typing import Any
 
 from rollcap.staging._adapters import CaptureAdapter
 from rollcap.staging._digest import ROOT_CHAIN_HASH
-from rollcap.staging._linearize import linearize_records
+from rollcap.staging._linearize import verify_records
 from rollcap.staging._records import (
     REASON_CALL_FAILED,
     REASON_DUPLICATE_CALL,
@@ -182,7 +182,7 @@ class RolloutTokenCapture:
             return
         try:
             records = read(rollout_id)
-            linearize_records(rollout_id, records)  # every digest and chain hash
+            verify_records(rollout_id, records)  # every digest, chain hash and link
         except Exception as exc:
             logger.warning(
                 "token capture: rollout %s not recovered from the sink: %s", rollout_id, exc

@@ -22,7 +22,7 @@ from rollcap.staging._records import (
 )
 from rollcap.staging._sinks import DirectoryStagingSink, StagingSource
 
-__all__ = ["LinearizedChain", "linearize", "linearize_records", "verify_record"]
+__all__ = ["LinearizedChain", "linearize", "linearize_records", "verify_record", "verify_records"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +113,13 @@ def _check_coords(by_id: Mapping[str, StagedCallRecord], coords: Iterable[Commit
                 raise _error(record, f"{name} {stored} differs from the reported {reported}")
 
 
-def linearize_records(
+def verify_records(
     rollout_id: str,
     records: Iterable[StagedCallRecord],
     *,
     coords: Iterable[CommitCoords] | None = None,
-) -> list[LinearizedChain]:
-    """Verify a rollout's records and rebuild one chain per leaf, ordered by call ids.
+) -> dict[str, StagedCallRecord]:
+    """Verify a rollout's records, each and every link between them; by model call id.
 
     ``coords``, when given, are the commit coords the worker reported: each staged one must
     match its record, which anchors the chain hashes outside the staged files.
@@ -139,7 +139,18 @@ def linearize_records(
     depth: dict[str, int] = {}
     for model_call_id in by_id:
         _link(by_id, model_call_id, depth)
+    return by_id
 
+
+def linearize_records(
+    rollout_id: str,
+    records: Iterable[StagedCallRecord],
+    *,
+    coords: Iterable[CommitCoords] | None = None,
+) -> list[LinearizedChain]:
+    """Verify a rollout's records (``verify_records``) and rebuild one chain per leaf, ordered
+    by call ids."""
+    by_id = verify_records(rollout_id, records, coords=coords)
     parents = {r.parent_model_call_id for r in by_id.values()}
     leaves = [c for c in by_id if c not in parents]
     chains = [_chain(rollout_id, by_id, leaf) for leaf in leaves]
