@@ -23,7 +23,7 @@ from typing import Any
 
 from rollcap.staging._adapters import CaptureAdapter
 from rollcap.staging._digest import ROOT_CHAIN_HASH
-from rollcap.staging._linearize import verify_records
+from rollcap.staging._linearize import lineage, verify_records
 from rollcap.staging._records import (
     REASON_CALL_FAILED,
     REASON_DUPLICATE_CALL,
@@ -202,14 +202,8 @@ class RolloutTokenCapture:
                 )
 
     def _full_ids(self, calls: Mapping[str, _StagedCall], model_call_id: str) -> array[int]:
-        path: list[_StagedCall] = []
-        current: str | None = model_call_id
-        while current is not None:
-            staged = calls[current]
-            path.append(staged)
-            current = staged.parent_model_call_id
         full: array[int] = array("Q")
-        for staged in reversed(path):
+        for staged in lineage(calls, model_call_id):
             del full[staged.prev_len :]
             full.extend(staged.delta)
         return full

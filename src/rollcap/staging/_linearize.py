@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from rollcap.staging import _digest
 from rollcap.staging._records import (
@@ -22,7 +23,14 @@ from rollcap.staging._records import (
 )
 from rollcap.staging._sinks import DirectoryStagingSink, StagingSource
 
-__all__ = ["LinearizedChain", "linearize", "linearize_records", "verify_record", "verify_records"]
+__all__ = [
+    "LinearizedChain",
+    "lineage",
+    "linearize",
+    "linearize_records",
+    "verify_record",
+    "verify_records",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +121,26 @@ def _check_coords(by_id: Mapping[str, StagedCallRecord], coords: Iterable[Commit
                 raise _error(record, f"{name} {stored} differs from the reported {reported}")
 
 
+class _Linked(Protocol):
+    @property
+    def parent_model_call_id(self) -> str | None: ...
+
+
+L = TypeVar("L", bound=_Linked)
+
+
+def lineage(calls: Mapping[str, L], leaf: str) -> list[L]:
+    """The calls from the root down to ``leaf``, following parent links (known to be sound)."""
+    path: list[L] = []
+    current: str | None = leaf
+    while current is not None:
+        call = calls[current]
+        path.append(call)
+        current = call.parent_model_call_id
+    path.reverse()
+    return path
+
+
 def verify_records(
     rollout_id: str,
     records: Iterable[StagedCallRecord],
@@ -201,13 +229,7 @@ def _chain(
     by_id: Mapping[str, StagedCallRecord],
     leaf: str,
 ) -> LinearizedChain:
-    path: list[StagedCallRecord] = []
-    current: str | None = leaf
-    while current is not None:
-        record = by_id[current]
-        path.append(record)
-        current = record.parent_model_call_id
-    path.reverse()
+    path = lineage(by_id, leaf)
     token_ids: list[int] = []
     loss_mask: list[int] = []
     logprobs: list[float] = []
