@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rollcap.dialects._base import (
     Normalized,
@@ -44,6 +44,7 @@ from rollcap.sse import SSEEvent
 __all__ = [
     "NAME",
     "StreamReassembler",
+    "add_tool_fragment",
     "is_terminal_event",
     "normalize",
     "tool_call_index",
@@ -143,6 +144,32 @@ def is_terminal_event(event: SSEEvent) -> bool:
     if event.event != "error" and '"error"' not in data:
         return False
     return _error_of(event, load_json_object(data)) is not None
+
+
+class ToolCallPieces(Protocol):
+    id: str | None
+    name: str | None
+    arguments: list[str]
+
+
+def add_tool_fragment(pieces: ToolCallPieces, fragment: Mapping[str, Any]) -> str | None:
+    """Fold one streamed fragment into its call's pieces; the arguments piece it added, if any.
+
+    The first id and name stay (some servers repeat them on every fragment); arguments come
+    in pieces, kept in order.
+    """
+    call_id = as_str(fragment.get("id")) or None
+    if call_id and pieces.id is None:
+        pieces.id = call_id
+    function = as_dict(fragment.get("function"))
+    name = as_str(function.get("name"))
+    if name and pieces.name is None:
+        pieces.name = name
+    arguments = as_str(function.get("arguments"))
+    if not arguments:
+        return None
+    pieces.arguments.append(arguments)
+    return arguments
 
 
 def tool_call_index(fragment: Mapping[str, Any], ids: Mapping[int, str | None]) -> int:
@@ -271,22 +298,12 @@ class _ChoiceParts:
     def _feed_tool_call(self, fragment: Mapping[str, Any]) -> None:
         if not fragment:
             return
-        call_id = as_str(fragment.get("id")) or None
         index = tool_call_index(fragment, {i: p.id for i, p in self.tool_calls.items()})
         parts = self.tool_calls.setdefault(index, _ToolCallParts())
-        if call_id and parts.id is None:
-            parts.id = call_id
+        add_tool_fragment(parts, fragment)
         kind = as_str(fragment.get("type"))
         if kind and parts.type is None:
             parts.type = kind
-        function = as_dict(fragment.get("function"))
-        # Names come whole (some servers repeat them on every fragment), arguments in pieces.
-        name = as_str(function.get("name"))
-        if name and parts.name is None:
-            parts.name = name
-        arguments = as_str(function.get("arguments"))
-        if arguments:
-            parts.arguments.append(arguments)
 
     def build(self, index: int) -> dict[str, Any]:
         message: dict[str, Any] = {

@@ -245,18 +245,9 @@ class ChoiceDeltas:
     def _feed_tool(self, fragment: Mapping[str, Any], ops: list[Open | Delta]) -> None:
         if not fragment:
             return
-        call_id = as_str(fragment.get("id")) or None
         index = chat_dialect.tool_call_index(fragment, {i: t.id for i, t in self.tools.items()})
         tool = self.tools.setdefault(index, ToolState(index))
-        if call_id and tool.id is None:
-            tool.id = call_id
-        function = as_dict(fragment.get("function"))
-        name = as_str(function.get("name"))
-        if name and tool.name is None:
-            tool.name = name
-        arguments = as_str(function.get("arguments"))
-        if arguments:
-            tool.arguments.append(arguments)
+        arguments = chat_dialect.add_tool_fragment(tool, fragment)
         if tool.ordinal is None:
             if tool.name is not None:
                 self._open_tool(tool, ops)
