@@ -108,6 +108,13 @@ def _attachment_bytes(attachments: Mapping[str, Any] | None) -> dict[str, bytes]
     return out
 
 
+def _checked(record: object, attachments: Mapping[str, Any] | None) -> dict[str, bytes]:
+    """What every sink refuses before it stores anything; the attachments as bytes."""
+    if not isinstance(record, StagedCallRecord):
+        raise TypeError(f"record must be a StagedCallRecord, not {type(record).__name__}")
+    return _attachment_bytes(attachments)
+
+
 class InMemoryStagingSink:
     """The in-memory twin of ``DirectoryStagingSink``, for tests: same checks, no files."""
 
@@ -122,9 +129,7 @@ class InMemoryStagingSink:
         *,
         attachments: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(record, StagedCallRecord):
-            raise TypeError(f"record must be a StagedCallRecord, not {type(record).__name__}")
-        stored = _attachment_bytes(attachments)
+        stored = _checked(record, attachments)
         with self._lock:
             if record.staging_key in self._records:
                 raise FileExistsError(f"staging key {record.staging_key} is already staged")
@@ -209,9 +214,7 @@ class DirectoryStagingSink:
         *,
         attachments: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(record, StagedCallRecord):
-            raise TypeError(f"record must be a StagedCallRecord, not {type(record).__name__}")
-        stored = _attachment_bytes(attachments)
+        stored = _checked(record, attachments)
         final = self._call_dir(record.rollout_id, record.model_call_id)
         if final.exists():
             raise FileExistsError(f"staging key {record.staging_key} is already staged")
