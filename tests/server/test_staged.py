@@ -52,10 +52,13 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def _stack(tmp_path: Path, *, capture: bool = True) -> AsyncIterator[Stack]:
+async def _stack(
+    tmp_path: Path, *, capture: bool = True, ledger_dir: Path | None = None
+) -> AsyncIterator[Stack]:
     staging_dir = tmp_path / "staging"
     capture_dir = tmp_path / "calls" if capture else None
-    ledger_dir = tmp_path / "calls" if capture else tmp_path / "ledger"
+    if ledger_dir is None:
+        ledger_dir = tmp_path / "calls" if capture else tmp_path / "ledger"
     async with FakeUpstream(api_key=UPSTREAM_KEY) as upstream:
         worker = create_worker_app(
             WorkerSettings(upstream_url=upstream.url, staging_dir=staging_dir, api_key=UPSTREAM_KEY)
@@ -433,26 +436,13 @@ async def test_a_ledger_that_cannot_be_written_never_fails_the_call(
 ) -> None:
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("a file where the ledger directory should be")
-    async with FakeUpstream(api_key=UPSTREAM_KEY) as upstream:
-        worker = create_worker_app(
-            WorkerSettings(
-                upstream_url=upstream.url, staging_dir=tmp_path / "staging", api_key=UPSTREAM_KEY
-            )
+    async with (
+        _stack(tmp_path, capture=False, ledger_dir=blocked) as stack,
+        _openai(f"{stack.model_url}/ng-rollout/rl-l/v1") as client,
+    ):
+        answer = await client.chat.completions.create(
+            model="text", messages=[{"role": "user", "content": "hi"}]
         )
-        async with serving(worker) as worker_url:
-            settings = ModelServerSettings(
-                model_type="vllm_model",
-                base_url=worker_url + "/v1",
-                external_staging=True,
-                ledger_dir=blocked,
-            )
-            async with (
-                serving(create_model_app(settings)) as url,
-                _openai(f"{url}/ng-rollout/rl-l/v1") as client,
-            ):
-                answer = await client.chat.completions.create(
-                    model="text", messages=[{"role": "user", "content": "hi"}]
-                )
     assert answer.choices[0].message.content  # served, and staged by the worker all the same
     (chain,) = linearize(tmp_path / "staging", "rl-l")
     assert len(chain.model_call_ids) == 1
