@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -56,10 +56,13 @@ class CaptureState:
 
     server_name: str
     store: CaptureStore | None  # None: capture off
-    writer: RecordWriter | None = None  # set with store
+    writer: RecordWriter | None = field(init=False)  # the store's, made with it
     captured: int = 0
     uncorrelated: int = 0
     capture_failures: int = 0
+
+    def __post_init__(self) -> None:
+        self.writer = None if self.store is None else RecordWriter(self.store)
 
 
 def _now() -> Clock:
@@ -121,11 +124,9 @@ class CaptureMiddleware:
             self.state.uncorrelated += 1
             await self.app(scope, receive, send)
             return
-        if self.state.store is None:
+        if self.state.writer is None:  # capture off
             await self.app(scope, receive, send)
             return
-        if self.state.writer is None:
-            self.state.writer = RecordWriter(self.state.store)
         await self._capture(scope, receive, send, rollout_id, dialect, self.state.writer)
 
     async def _capture(
