@@ -318,7 +318,8 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
                 if store is not None:
                     store.close()  # the store keeps rollout files open between appends
                 if forwarder.staged is not None:
-                    forwarder.staged.ledger.close()
+                    await anyio.to_thread.run_sync(forwarder.staged.ledger.close)
+                    forwarder.staged.ledger.store.close()
 
     routes = [Route(path, forwarder.forward, methods=["POST"]) for path in DIALECT_ROUTES]
     routes += [

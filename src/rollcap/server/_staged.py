@@ -41,6 +41,7 @@ from rollcap.server._answers import error_response, json_response, read_whole
 from rollcap.server._conversation import ConversationIndex, answer_fingerprint, fingerprints
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import Translation, error_for_client
+from rollcap.server._writer import RecordWriter
 from rollcap.sse import SSEEvent, encode_event
 from rollcap.staging import (
     CAPTURE_FIELD,
@@ -120,7 +121,8 @@ class StagedCalls:
     """The model server's side of external token staging (see the module docstring)."""
 
     def __init__(self, ledger: CaptureStore, *, max_rollouts: int = 4096) -> None:
-        self.ledger = ledger
+        # The same durable appends, batched the same way, as the capture records.
+        self.ledger = RecordWriter(ledger)
         self.conversations = ConversationIndex(max_rollouts)
         self.adapter = VLLMCaptureAdapter()
 
@@ -311,7 +313,7 @@ class StagedCalls:
             "recorded_at": time.time(),
         }
         try:
-            await anyio.to_thread.run_sync(self.ledger.append, call.rollout_id, line)
+            await self.ledger.append(call.rollout_id, line)
         except Exception as exc:
             log.error(
                 "token ledger write failed for %s: %s",
@@ -319,7 +321,7 @@ class StagedCalls:
                 getattr(exc, "strerror", None) or exc,
             )
             try:
-                await anyio.to_thread.run_sync(self.ledger.mark_incomplete, call.rollout_id)
+                await anyio.to_thread.run_sync(self.ledger.store.mark_incomplete, call.rollout_id)
             except Exception:
                 log.error("could not leave the ledger's incomplete marker for %s", call.rollout_id)
 
