@@ -28,6 +28,7 @@ __all__ = [
     "StreamResponse",
     "UpstreamBroke",
     "break_off_on",
+    "quiet_deliberate_breaks",
     "upstream_broke",
 ]
 
@@ -64,11 +65,18 @@ class _DeliberatelyUnfinished(logging.Filter):
 _FILTER = _DeliberatelyUnfinished()
 
 
+def quiet_deliberate_breaks() -> None:
+    """Keep uvicorn from reporting as errors the responses left unfinished on purpose."""
+    logging.getLogger("uvicorn.error").addFilter(_FILTER)  # a filter is added once only
+
+
 async def break_off_on(
     app: ASGIApp, scope: Scope, receive: Any, send: Any, log: logging.Logger
 ) -> None:
-    """Run ``app``; an ``UpstreamBroke`` leaves the response unfinished and logs one warning."""
-    logging.getLogger("uvicorn.error").addFilter(_FILTER)  # a filter is added once only
+    """Run ``app``; an ``UpstreamBroke`` leaves the response unfinished and logs one warning.
+
+    Call ``quiet_deliberate_breaks()`` once when the server is built.
+    """
     try:
         await app(scope, receive, send)
     except BaseException as exc:
@@ -88,6 +96,7 @@ class BreakOffMiddleware:
     def __init__(self, app: ASGIApp, log: logging.Logger) -> None:
         self.app = app
         self.log = log
+        quiet_deliberate_breaks()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

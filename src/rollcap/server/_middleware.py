@@ -20,7 +20,7 @@ import anyio.to_thread
 import orjson
 from starlette.requests import ClientDisconnect
 
-from rollcap._relay import break_off_on, upstream_broke
+from rollcap._relay import break_off_on, quiet_deliberate_breaks, upstream_broke
 from rollcap.records import new_model_call_id
 from rollcap.routing import ROLLOUT_PREFIX, SCOPE_ROLLOUT_ID_KEY, split_prefix
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock
@@ -88,6 +88,7 @@ class CaptureMiddleware:
     def __init__(self, app: ASGIApp, state: CaptureState) -> None:
         self.app = app
         self.state = state
+        quiet_deliberate_breaks()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
