@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
+from rollcap import CaptureStore
+from rollcap._serving import serving
 from rollcap.collect import CollectionSummary, collect
-from tests.collect.conftest import StubAgent, write_input
+from tests.collect.conftest import StubAgent, make_app, write_input
 
 CALLS_PER_TASK = 2
 
@@ -43,6 +45,17 @@ async def _peak_of_run(
             concurrency=64,
         )
     return summary, tracemalloc.get_traced_memory()[1] - before
+
+
+@pytest.fixture
+async def agent(capture_dir: Path) -> AsyncIterator[StubAgent]:
+    """The stub agent, keeping no list of the rollouts it ran: it shares this process, and its
+    own bookkeeping would count as the collector's memory."""
+    stub = StubAgent(url="", store=CaptureStore(capture_dir))
+    async with serving(make_app(stub, record_runs=False)) as url:
+        stub.url = url
+        yield stub
+    stub.store.close()
 
 
 @pytest.mark.slow
