@@ -136,3 +136,39 @@ def test_a_chunk_per_event_decodes_as_the_same_bytes_fed_one_at_a_time(blocks: l
     by_byte = [e for i in range(len(stream)) for e in single.feed(stream[i : i + 1])]
     by_byte += single.flush(dispatch_unterminated=True)
     assert by_chunk == by_byte
+
+
+@given(
+    st.booleans(),
+    st.lists(_RAW_BLOCK, max_size=16),
+    st.lists(st.integers(min_value=0, max_value=600), max_size=6),
+)
+def test_chunks_of_many_events_cut_anywhere_decode_as_one_byte_at_a_time(
+    bom: bool, blocks: list[str], cuts: list[int]
+) -> None:
+    # Chunks holding several events, and events cut between chunks, take the shortcut that
+    # leaves a coming event's bytes unparsed; the events must be those of the line-by-line
+    # path, byte order mark and all, whatever the cuts.
+    stream = ("\ufeff" if bom else "").encode() + "".join(blocks).encode()
+    points = sorted({min(c, len(stream)) for c in cuts})
+    chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    by_chunk = decode(*chunks, unterminated=True)
+    single = SSEDecoder()
+    by_byte = [e for i in range(len(stream)) for e in single.feed(stream[i : i + 1])]
+    by_byte += single.flush(dispatch_unterminated=True)
+    assert by_chunk == by_byte
+
+
+def test_a_stream_of_plain_events_in_uneven_chunks_keeps_names_ids_and_the_unfinished_one() -> None:
+    stream = (
+        b"id: 9\n\n"
+        + b"".join(b'event: delta\ndata: {"n": %d}\n\n' % i for i in range(5))
+        + b"data: last"
+    )
+    chunks = [stream[:4], stream[4:30], stream[30:31], stream[31:]]
+    events = decode(*chunks, unterminated=True)
+    assert [e.data for e in events] == [f'{{"n": {i}}}' for i in range(5)] + ["last"]
+    assert {e.event for e in events[:5]} == {"delta"}
+    assert events[5].event is None
+    assert {e.id for e in events} == {"9"}
+    assert decode(*chunks) == events[:5]  # the unfinished one only when asked for
