@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -565,3 +566,68 @@ async def test_upstream_silent_mid_stream_breaks_the_client_stream_and_is_timeou
     (record,) = CaptureStore(tmp_path).read("silent")
     assert record["error_category"] == "timeout"
     assert record["status_code"] == 200
+
+
+async def test_a_non_streamed_answer_leaves_whole_only_once_its_record_is_durable(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Status, headers and body go out together after the record is synced: a client that has
+    # the status can rely on the record, and it reads the answer in one piece, not two.
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.2)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    for dialect in DIALECTS:
+        rollout = f"whole-{dialect}"
+        async with stack.session.post(
+            stack.url(dialect, rollout),
+            json=request_body(dialect, stream=False),
+            headers=client_headers(dialect),
+        ) as response:
+            (record,) = stack.store.read(rollout)
+            assert record["model_call_id"] == response.headers["x-rollcap-model-call-id"]
+            assert orjson.loads(await response.read()) == record["response"]
+
+
+async def _raw_exchange(url: str, dialect: str, scenario: str, *, direct: bool) -> bytes:
+    """Everything the server sends for one non-streamed call, up to its closing the socket."""
+    target = URL(url)
+    body = orjson.dumps(request_body(dialect, stream=False))
+    headers = client_headers(dialect, scenario, key=UPSTREAM_KEY if direct else CLIENT_KEY)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    reader, writer = await asyncio.open_connection(target.host, target.port)
+    try:
+        writer.write(
+            (
+                f"POST {target.raw_path} HTTP/1.1\r\nhost: {target.host}\r\n{head}"
+                f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+            ).encode()
+            + body
+        )
+        return await asyncio.wait_for(reader.read(-1), 10)
+    finally:
+        writer.close()
+
+
+async def test_a_non_streamed_answer_cut_by_upstream_reaches_the_client_cut_the_same_way(
+    stack: Stack,
+) -> None:
+    # Holding the status back with the body must not swallow what upstream did send: the
+    # client gets the same status, the same length and the same partial body, then the break.
+    for dialect in DIALECTS:
+        rollout = f"cut-{dialect}"
+        direct = await _raw_exchange(stack.direct_url(dialect), dialect, "truncate", direct=True)
+        got = await _raw_exchange(stack.url(dialect, rollout), dialect, "truncate", direct=False)
+        direct_head, _, direct_body = direct.partition(b"\r\n\r\n")
+        got_head, _, got_body = got.partition(b"\r\n\r\n")
+        assert got_head.split(b"\r\n")[0] == direct_head.split(b"\r\n")[0]  # the status line
+        length = [h for h in direct_head.lower().split(b"\r\n") if h.startswith(b"content-length")]
+        assert length
+        assert length[0] in got_head.lower().split(b"\r\n")
+        assert got_body == direct_body
+        assert len(got_body) < int(length[0].split(b":")[1])
+        (record,) = stack.store.read(rollout)
+        assert record["error_category"] == "capture_parse_error"

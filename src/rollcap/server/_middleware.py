@@ -84,6 +84,13 @@ async def _bad_request(send: Send, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def _send_all(send: Send, held: list[Message]) -> None:
+    messages = held[:]
+    held.clear()
+    for message in messages:
+        await send(message)
+
+
 class CaptureMiddleware:
     def __init__(self, app: ASGIApp, state: CaptureState) -> None:
         self.app = app
@@ -178,7 +185,12 @@ class CaptureMiddleware:
                     **message,
                     "headers": [*headers, (CALL_ID_HEADER, recorder.model_call_id.encode())],
                 }
-                await send(message)
+                if recorder.streaming:
+                    await send(message)
+                else:
+                    # Held with the body: one write to the client instead of two, the second
+                    # an fsync later (bench/proxy.py: 15-20% less client CPU per call).
+                    held.append(message)
                 return
             if kind != "http.response.body" or recorder.finished:
                 await send(message)
@@ -189,14 +201,14 @@ class CaptureMiddleware:
                 if recorder.streaming:
                     await send(message)
                 else:
+                    # Held with the body: one write to the client instead of two, the second
+                    # an fsync later (bench/proxy.py: 15-20% less client CPU per call).
                     held.append(message)
                 return
             recorder.finish(_now())
             await self._write(writer, rollout_id, recorder)
-            for earlier in held:
-                await send(earlier)
-            held.clear()
-            await send(message)
+            held.append(message)
+            await _send_all(send, held)
 
         try:
             await self.app(scope, capture_receive, capture_send)
@@ -211,6 +223,10 @@ class CaptureMiddleware:
                     failure = CallFailure.EXCEPTION
                 recorder.finish(_now(), failure)
                 await self._write(writer, rollout_id, recorder)
+            if held and upstream_broke(exc):
+                # Upstream cut its answer short: the client gets what upstream sent before
+                # the break, as it would without capture, then the same broken connection.
+                await _send_all(send, held)
             raise
         if not recorder.finished:
             # The app returned without finishing the body: the client went away (a streaming
@@ -218,6 +234,8 @@ class CaptureMiddleware:
             failure = CallFailure.CANCELLED if client_gone else CallFailure.EXCEPTION
             recorder.finish(_now(), failure)
             await self._write(writer, rollout_id, recorder)
+            if held and not client_gone:
+                await _send_all(send, held)
 
     async def _write(self, writer: RecordWriter, rollout_id: str, recorder: CallRecorder) -> None:
         """Build the record, make it durable in the writer thread; a failure is logged only.
