@@ -140,3 +140,19 @@ def test_serve_model_runs_until_interrupted(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "stopped" in err
+
+
+def test_a_started_server_freezes_what_it_built_and_collects_young_objects_less_often() -> None:
+    import gc
+
+    from rollcap import cli
+
+    before = gc.get_threshold()
+    try:
+        cli._freeze_startup()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == cli._GC_THRESHOLDS
+        assert cli._GC_THRESHOLDS[0] > before[0]
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -205,6 +205,14 @@ def _serve_model(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# A server allocates a few hundred containers per call (parsed JSON, events, frames), and
+# dozens of calls are in flight at once: with the default first threshold (700) a young
+# collection runs every few calls and walks every in-flight call's objects, promoting them
+# to older generations that are walked again. At 20,000 most of a call's objects are freed
+# before any collection sees them. bench/proxy.py: 8-10% less server CPU per stream.
+_GC_THRESHOLDS = (20_000, 20, 20)
+
+
 def _freeze_startup() -> None:
     """Keep what a started server has built so far out of every later garbage collection.
 
@@ -214,6 +222,7 @@ def _freeze_startup() -> None:
     """
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLDS)
 
 
 def _serve_worker(args: argparse.Namespace) -> int:
