@@ -361,7 +361,12 @@ class StreamReassembler:
             self._done = True
             return
         chunk = load_json_object(data)
-        error = _error_of(event, chunk)
+        # Nearly every chunk: no error key and no "error" event, which _error_of would find.
+        error = (
+            None
+            if chunk is not None and "error" not in chunk and event.event != "error"
+            else _error_of(event, chunk)
+        )
         if error is not None:
             self._error = error
             return
