@@ -565,3 +565,56 @@ def test_append_many_syncs_files_together_and_a_failed_sync_fails_only_its_file(
     # The syncs of one batch ran in the store's sync threads, not one after another here.
     assert any(t.name.startswith("rollcap-sync") for t in threading.enumerate())
     store.close()
+
+
+def test_append_many_syncs_the_directory_once_for_all_the_files_it_creates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path)
+    store.append("old", _record(0))
+    real_fsync = os.fsync
+    synced: list[str] = []
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    items = [(f"new{k}", _record(k)) for k in range(10)] + [("old", _record(10))]
+    assert store.append_many(items) == [None] * 11  # type: ignore[arg-type]
+    assert synced.count(str(tmp_path)) == 1
+    synced.clear()
+    assert store.append_many([("new0", _record(11)), ("old", _record(12))]) == [None, None]
+    assert str(tmp_path) not in synced  # no file created: no directory sync
+    store.close()
+
+
+def test_a_failed_directory_sync_fails_only_the_new_files_and_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path)
+    store.append("old", _record(0))
+    real_fsync = os.fsync
+    synced: list[str] = []
+    broken = {"dir": True}
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if name == str(tmp_path) and broken["dir"]:
+            raise OSError(errno.EIO, "Input/output error")
+        synced.append(name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    errors = store.append_many([("new", _record(1)), ("old", _record(2))])  # type: ignore[arg-type]
+    assert isinstance(errors[0], OSError)
+    assert errors[1] is None
+    assert [r["model_call_id"] for r in store.read("old")] == [f"{n:032x}" for n in (0, 2)]
+    # The new file's entry may not be durable: the next append that succeeds syncs it.
+    broken["dir"] = False
+    store.append("old", _record(3))
+    assert str(tmp_path) in synced
+    synced.clear()
+    store.append("old", _record(4))
+    assert str(tmp_path) not in synced
+    store.close()

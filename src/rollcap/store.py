@@ -215,6 +215,8 @@ class CaptureStore:
         self._lock = threading.Lock()  # guards _handles
         self._handles: OrderedDict[str, _Handle] = OrderedDict()  # least recently used first
         self._sync_pool: ThreadPoolExecutor | None = None  # append_many's syncs, made on use
+        # A directory sync for new files failed: their entries may not be durable yet.
+        self._directory_unsynced = False
         _STORES.add(self)
 
     def __repr__(self) -> str:
@@ -273,30 +275,35 @@ class CaptureStore:
         finally:
             os.close(fd)
 
-    def _open_for_append(self, path: str) -> int:
+    def _open_for_append(self, path: str, *, sync_new: bool) -> tuple[int, bool]:
+        """The descriptor, and whether the file was created (its directory entry then needs a
+        directory sync to be durable: done here when ``sync_new``, else by the caller)."""
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC  # read: the torn-line check
         try:
-            return os.open(path, flags)
+            return os.open(path, flags), False
         except FileNotFoundError:
             pass
         self._ensure_directory()
         fd = os.open(path, flags | os.O_CREAT, _FILE_MODE)
-        # A new directory entry is only durable once the directory itself is synced.
-        try:
-            self._fsync_directory()
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        if sync_new:
+            try:
+                self._fsync_directory()
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd, True
 
-    def _checkout(self, path: str) -> _Handle:
+    def _checkout(self, path: str, *, sync_new: bool = True) -> tuple[_Handle, bool]:
+        """The cached handle of ``path``, opened (and created) if need be; and whether the file
+        was created by this call, its directory not yet synced unless ``sync_new``."""
         with self._lock:
             handle = self._handles.get(path)
             if handle is not None and not handle.retired:
                 self._handles.move_to_end(path)
-                return handle
+                return handle, False
         # Opening may create the file and sync the directory: not under the store-wide lock.
-        handle = _Handle(self._open_for_append(path))
+        fd, created = self._open_for_append(path, sync_new=sync_new)
+        handle = _Handle(fd)
         with self._lock:
             stale = [self._handles.pop(path, None)]  # retired, or opened by a racing thread
             self._handles[path] = handle
@@ -305,7 +312,7 @@ class CaptureStore:
         for old in stale:
             if old is not None:
                 old.retire()
-        return handle
+        return handle, created
 
     def _drop(self, path: str, handle: _Handle) -> None:
         with self._lock:
@@ -318,9 +325,12 @@ class CaptureStore:
         path = self._file(rollout_id)
         line = _encode_line(record)
         while True:
-            handle = self._checkout(path)
+            handle, _ = self._checkout(path)
             outcome = self._commit(handle, _Pending(line))
             if outcome is True:
+                if self._directory_unsynced:  # see append_many
+                    self._fsync_directory()
+                    self._directory_unsynced = False
                 return
             # After a failure the descriptor's state is unknown; after False it is stale.
             self._drop(path, handle)
@@ -362,9 +372,35 @@ class CaptureStore:
             else:
                 retry.append((path, indexes))
 
+        opened: list[tuple[str, list[int], _Handle]] = []
+        created: list[tuple[str, list[int], _Handle]] = []
         for path, indexes in groups.items():
+            try:
+                handle, new = self._checkout(path, sync_new=False)
+            except Exception as exc:  # this file only: the other rollouts' records go on
+                for i in indexes:
+                    results[i] = exc
+                continue
+            opened.append((path, indexes, handle))
+            if new:
+                created.append((path, indexes, handle))
+        if created or self._directory_unsynced:
+            # Every file this batch created is in the one directory: one sync makes all
+            # their entries durable (a collection run creates a file per rollout).
+            try:
+                self._fsync_directory()
+                self._directory_unsynced = False
+            except Exception as exc:
+                # The files stay; until a directory sync succeeds, later appends sync it too.
+                self._directory_unsynced = True
+                failed = {path for path, _, _ in created}
+                for path, indexes, handle in created:
+                    self._drop(path, handle)
+                    for i in indexes:
+                        results[i] = exc
+                opened = [entry for entry in opened if entry[0] not in failed]
+        for path, indexes, handle in opened:
             pending = _Pending(b"".join([lines[i] for i in indexes]))
-            handle = self._checkout(path)
             outcome = self._commit(handle, pending, defer=True)
             if isinstance(outcome, _Sync):
                 deferred.append((path, indexes, handle, pending, outcome))
