@@ -618,3 +618,17 @@ def test_a_failed_directory_sync_fails_only_the_new_files_and_is_tried_again(
     store.append("old", _record(4))
     assert str(tmp_path) not in synced
     store.close()
+
+
+def test_reset_clears_a_rollout_and_leaves_its_file_empty_and_private(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path / "new")  # the directory comes with the first reset
+    store.append("a", _record(0))
+    store.mark_incomplete("a")
+    store.reset("a")
+    assert store.read("a") == []
+    assert not store.is_incomplete("a")
+    assert store.path_for("a").exists()
+    assert stat.S_IMODE(os.stat(store.path_for("a")).st_mode) == 0o600
+    store.reset("b")
+    assert store.rollout_ids() == ["a", "b"]
+    store.close()

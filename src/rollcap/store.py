@@ -258,7 +258,10 @@ class CaptureStore:
         return self._prefix + validate_rollout_id(rollout_id) + self._suffix
 
     def marker_for(self, rollout_id: str) -> Path:
-        return self.directory / (validate_rollout_id(rollout_id) + self._marker_suffix)
+        return Path(self._marker(rollout_id))
+
+    def _marker(self, rollout_id: str) -> str:
+        return self._prefix + validate_rollout_id(rollout_id) + self._marker_suffix
 
     def _ensure_directory(self) -> None:
         # mkdir's mode is masked by the umask, which is what a user expects for parents; the
@@ -573,7 +576,7 @@ class CaptureStore:
         """Every whole record with its 0-based line index, skipping (and counting) bad lines."""
         good: list[tuple[int, dict[str, Any]]] = []
         bad = 0
-        for index, line in enumerate(self._read_lines(self.path_for(rollout_id))):
+        for index, line in enumerate(self._read_lines(self._file(rollout_id))):
             parsed = _parse_line(line)
             if isinstance(parsed, str):
                 bad += 1
@@ -587,19 +590,33 @@ class CaptureStore:
             handle = self._handles.pop(self._file(rollout_id), None)
         if handle is not None:
             handle.retire()
-        for path in (self.path_for(rollout_id), self.marker_for(rollout_id)):
+        # String paths: collection clears and reads a rollout's files on every dispatch, and
+        # building Path objects cost more than the system calls.
+        for path in (self._file(rollout_id), self._marker(rollout_id)):
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                os.unlink(path)
+
+    def reset(self, rollout_id: str) -> None:
+        """``clear``, then leave the rollout's file empty: dispatched, no calls recorded yet."""
+        self.clear(rollout_id)
+        path = self._file(rollout_id)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, _FILE_MODE)
+        except FileNotFoundError:  # no directory yet
+            self._ensure_directory()
+            fd = os.open(path, flags, _FILE_MODE)
+        os.close(fd)
 
     def mark_incomplete(self, rollout_id: str) -> None:
         """Leave the empty marker that says a write for this rollout failed."""
-        path = self.marker_for(rollout_id)
+        path = self._marker(rollout_id)
         self._ensure_directory()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
         os.close(fd)
 
     def is_incomplete(self, rollout_id: str) -> bool:
-        return self.marker_for(rollout_id).exists()
+        return os.path.exists(self._marker(rollout_id))
 
     def rollout_ids(self) -> list[str]:
         """Ids of the rollouts that have a capture file, sorted."""

@@ -402,9 +402,7 @@ def _start_capture(store: CaptureStore, rollout_id: str) -> None:
     The empty file tells a resumed run this attempt was dispatched (see ``_plan``); to readers
     it is a rollout with no calls yet.
     """
-    store.clear(rollout_id)
-    fd = os.open(store.path_for(rollout_id), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    os.close(fd)
+    store.reset(rollout_id)
 
 
 def _encode_rollout(
