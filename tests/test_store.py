@@ -8,6 +8,7 @@ import signal
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -39,6 +40,24 @@ def _open_fds() -> dict[int, str]:
 
 def _open_paths() -> list[str]:
     return list(_open_fds().values())
+
+
+def _watch_fsyncs(
+    monkeypatch: pytest.MonkeyPatch, fails: Callable[[str], bool] = lambda name: False
+) -> list[str]:
+    """The paths synced from now on, in order; syncing a path that ``fails`` raises EIO."""
+    real_fsync = os.fsync
+    synced: list[str] = []
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if fails(name):
+            raise OSError(errno.EIO, "Input/output error")
+        synced.append(name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
 
 
 def test_spec_record_through_the_store(tmp_path: Path) -> None:
@@ -544,23 +563,13 @@ def test_append_many_syncs_files_together_and_a_failed_sync_fails_only_its_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = CaptureStore(tmp_path)
-    real_fsync = os.fsync
-    synced: list[str] = []
-
-    def fsync(fd: int) -> None:
-        name = os.readlink(f"/proc/self/fd/{fd}")
-        if name.endswith("bad.capture.jsonl"):
-            raise OSError(errno.EIO, "Input/output error")
-        synced.append(os.path.basename(name))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = _watch_fsyncs(monkeypatch, lambda name: name.endswith("bad.capture.jsonl"))
     items = [(f"r{k}", _record(k)) for k in range(20)] + [("bad", _record(99))]
     errors = store.append_many(items)  # type: ignore[arg-type]
     assert errors[:20] == [None] * 20
     assert isinstance(errors[20], OSError)
     assert errors[20].errno == errno.EIO
-    files = sorted(name for name in synced if name.endswith(".capture.jsonl"))  # not the dir
+    files = sorted(os.path.basename(n) for n in synced if n.endswith(".capture.jsonl"))
     assert files == sorted(f"r{k}.capture.jsonl" for k in range(20))
     # The syncs of one batch ran in the store's sync threads, not one after another here.
     assert any(t.name.startswith("rollcap-sync") for t in threading.enumerate())
@@ -572,14 +581,7 @@ def test_append_many_syncs_the_directory_once_for_all_the_files_it_creates(
 ) -> None:
     store = CaptureStore(tmp_path)
     store.append("old", _record(0))
-    real_fsync = os.fsync
-    synced: list[str] = []
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = _watch_fsyncs(monkeypatch)
     items = [(f"new{k}", _record(k)) for k in range(10)] + [("old", _record(10))]
     assert store.append_many(items) == [None] * 11  # type: ignore[arg-type]
     assert synced.count(str(tmp_path)) == 1
@@ -594,18 +596,8 @@ def test_a_failed_directory_sync_fails_only_the_new_files_and_is_tried_again(
 ) -> None:
     store = CaptureStore(tmp_path)
     store.append("old", _record(0))
-    real_fsync = os.fsync
-    synced: list[str] = []
     broken = {"dir": True}
-
-    def fsync(fd: int) -> None:
-        name = os.readlink(f"/proc/self/fd/{fd}")
-        if name == str(tmp_path) and broken["dir"]:
-            raise OSError(errno.EIO, "Input/output error")
-        synced.append(name)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = _watch_fsyncs(monkeypatch, lambda name: name == str(tmp_path) and broken["dir"])
     errors = store.append_many([("new", _record(1)), ("old", _record(2))])  # type: ignore[arg-type]
     assert isinstance(errors[0], OSError)
     assert errors[1] is None
