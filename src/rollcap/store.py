@@ -616,7 +616,11 @@ class CaptureStore:
         os.close(fd)
 
     def is_incomplete(self, rollout_id: str) -> bool:
-        return os.path.exists(self._marker(rollout_id))
+        try:
+            os.stat(self._marker(rollout_id))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True  # other errors raise: an attachment reports the marker as unreadable
 
     def rollout_ids(self) -> list[str]:
         """Ids of the rollouts that have a capture file, sorted."""
