@@ -42,6 +42,7 @@ __all__ = [
     "iter_tasks",
     "plan_rollouts",
     "planned_count",
+    "rollout_line_ids",
 ]
 
 _CAPTURE_NAME = re.compile(r"(\d+)-(\d+)(?:-a(\d+))?\.capture\.(?:jsonl|incomplete)\Z", re.ASCII)
@@ -137,13 +138,13 @@ class ResumeState:
         for line in output_lines:
             if _is_blank(line):
                 continue
-            ids = _line_ids(line)
+            ids = rollout_line_ids(line)
             if ids is None:
                 state.bad_output_lines += 1
             else:
                 state.finished.add(ids[:2])
         for line in failure_lines:
-            ids = None if _is_blank(line) else _line_ids(line)
+            ids = None if _is_blank(line) else rollout_line_ids(line)
             if ids is not None:
                 state._saw_attempt(ids[:2], ids[2])
         for name in capture_names:
@@ -170,7 +171,8 @@ def _index(obj: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
-def _line_ids(line: bytes) -> tuple[int, int, int] | None:
+def rollout_line_ids(line: bytes) -> tuple[int, int, int] | None:
+    """``(task, rollout, attempt)`` of an output line, or None when it is not a rollout line."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:

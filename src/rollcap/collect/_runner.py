@@ -30,7 +30,6 @@ import aiohttp
 import orjson
 
 from rollcap._batch import BatchThread, call_each
-from rollcap.ids import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore, capture_attachment
 
 from ._aggregate import CollectionSummary, MetricsAccumulator
@@ -44,6 +43,7 @@ from ._plan import (
     iter_tasks,
     plan_rollouts,
     planned_count,
+    rollout_line_ids,
 )
 
 __all__ = ["ProgressCallback", "collect"]
@@ -466,23 +466,11 @@ def _index_lines(source: IO[bytes], path: Path) -> list[tuple[int, int, int, int
     offset = 0
     for line in source:
         length = len(line)
-        ids = _line_key(line)
+        # The resume planner's reading of a line: what it takes for a rollout, sorting does too.
+        ids = rollout_line_ids(line)
         if ids is not None:
-            index.append((*ids, offset, length))
+            index.append((ids[0], ids[1], offset, length))
         elif line.strip():
             log.warning("%s: dropped a line at byte %d that is not a rollout line", path, offset)
         offset += length
     return index
-
-
-def _line_key(line: bytes) -> tuple[int, int] | None:
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict):
-        return None
-    task, rollout = obj.get(TASK_INDEX_KEY), obj.get(ROLLOUT_INDEX_KEY)
-    if type(task) is not int or type(rollout) is not int:
-        return None
-    return (task, rollout)
