@@ -98,6 +98,8 @@ _line_text = st.text(
             SSEEvent,
             data=st.lists(_line_text, min_size=1, max_size=3).map("\n".join),
             event=st.none() | _line_text.filter(lambda s: s != ""),
+            id=st.none(),
+            retry=st.none(),
         ),
         max_size=6,
     )
