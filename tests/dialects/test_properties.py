@@ -58,6 +58,8 @@ events = st.builds(
         ),
     ),
     event=st.none() | st.sampled_from(EVENT_NAMES),
+    id=st.none(),  # written back out as SSE, where only single-line ids exist
+    retry=st.none(),
 )
 
 
