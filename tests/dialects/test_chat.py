@@ -241,6 +241,8 @@ def test_terminal_events() -> None:
     assert chat.is_terminal_event(SSEEvent(data='{"error": {"message": "boom", "code": 500}}'))
     assert chat.is_terminal_event(SSEEvent(data='{"error": "overloaded"}'))
     assert chat.is_terminal_event(SSEEvent(data='{"message": "boom"}', event="error"))
+    # JSON may spell the key with escapes; the text shortcut must not miss it.
+    assert chat.is_terminal_event(SSEEvent(data='{"\\u0065rror": {"message": "boom"}}'))
 
 
 def test_ordinary_chunks_are_not_terminal() -> None:

@@ -237,6 +237,9 @@ def test_normalize_never_raises(response: object) -> None:
         (_event({"type": "ping"}), False),
         (SSEEvent(data="[DONE]"), False),
         (SSEEvent(data='"message_stop"'), False),
+        # A type spelled with escapes, under another event name, still counts.
+        (SSEEvent(data='{"type": "message\\u005fstop"}', event="content_block_delta"), True),
+        (SSEEvent(data='{"type": "\\u0065rror", "error": {}}', event="ping"), True),
     ],
 )
 def test_is_terminal_event(event: SSEEvent, terminal: bool) -> None:

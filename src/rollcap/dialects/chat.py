@@ -140,8 +140,9 @@ def is_terminal_event(event: SSEEvent) -> bool:
     data = event.data
     if data == _DONE or (_DONE in data and data.strip() == _DONE):  # strip copies: rarely
         return True
-    # Parsing every chunk just to look for an error would be wasted on nearly all of them.
-    if event.event != "error" and '"error"' not in data:
+    # Parsing every chunk just to look for an error would be wasted on nearly all of them. A
+    # key can only be spelled without the word "error" in it through \u escapes.
+    if event.event != "error" and '"error"' not in data and "\\u" not in data:
         return False
     return _error_of(event, load_json_object(data)) is not None
 

@@ -43,6 +43,7 @@ __all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize", "usage
 NAME = "messages"
 
 _TERMINAL = ("error", "message_stop")
+_TERMINAL_WORDS = (*_TERMINAL, "\\u")
 _TOOL_BLOCK_TYPES = frozenset({"tool_use", "server_tool_use"})
 # Delta type -> the block field its string fragments are appended to.
 _TEXT_DELTAS = {
@@ -142,6 +143,11 @@ def is_terminal_event(event: SSEEvent) -> bool:
     """True for ``message_stop`` and for ``error``, by SSE event name or data ``type``."""
     if as_str(getattr(event, "event", None)) in _TERMINAL:
         return True
+    data = getattr(event, "data", None)
+    if isinstance(data, str) and not any(word in data for word in _TERMINAL_WORDS):
+        # Nearly every event: its data cannot carry a terminal ``type``, so it is not parsed
+        # (a type can only be spelled without these words through \u escapes).
+        return False
     return _event_kind(event, _load(event)) in _TERMINAL
 
 
