@@ -189,6 +189,7 @@ def test_model_call_ids_are_uuid4_hex_and_differ_across_fork() -> None:
     ids = {new_model_call_id() for _ in range(1000)}
     assert len(ids) == 1000
     assert all(uuid.UUID(i).version == 4 and len(i) == 32 for i in ids)
+    assert all(uuid.UUID(i).variant == uuid.RFC_4122 and uuid.UUID(i).hex == i for i in ids)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(1) as pool:
         child = pool.apply(new_model_call_id)
