@@ -78,6 +78,11 @@ class BatchThread(Generic[T, R]):
         self._closing = False
 
     async def submit(self, item: T) -> R:
+        return await self.enqueue(item)
+
+    def enqueue(self, item: T) -> asyncio.Future[R]:
+        """Queue ``item`` now; the future gets its outcome. Cancelling the future leaves the
+        work to be done all the same (the outcome is then dropped)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         with self._wake:
@@ -88,7 +93,7 @@ class BatchThread(Generic[T, R]):
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
             self._wake.notify()
-        return await future
+        return future
 
     def _run(self) -> None:
         while True:

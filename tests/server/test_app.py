@@ -631,3 +631,70 @@ async def test_a_non_streamed_answer_cut_by_upstream_reaches_the_client_cut_the_
         assert len(got_body) < int(length[0].split(b":")[1])
         (record,) = stack.store.read(rollout)
         assert record["error_category"] == "capture_parse_error"
+
+
+async def _cancelled_mid_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: Any) -> Any:
+    """Run one captured call through the middleware alone and cancel it while its record is
+    being synced; returns the state and what was sent to the client."""
+    from rollcap.server._middleware import CaptureMiddleware, CaptureState
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    state = CaptureState("policy_model", CaptureStore(tmp_path))
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b'{"id": "chatcmpl-1"}'})
+
+    path = "/ng-rollout/late-1/v1/chat/completions"
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode()}
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b'{"model": "m"}', "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    middleware = CaptureMiddleware(app, state)
+    task = asyncio.ensure_future(middleware(scope, receive, send))
+    await asyncio.sleep(0.1)  # the record is queued; its fsync takes 0.3 s
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sent == []  # nothing reached the client before the record was durable
+    assert (state.captured, state.capture_failures) == (0, 0)  # the caller did not wait
+    await asyncio.wait_for(asyncio.gather(*middleware._late), 10)  # the outcome, when it comes
+    assert state.writer is not None
+    await asyncio.to_thread(state.writer.close)
+    return state, sent
+
+
+async def test_a_call_cancelled_while_its_record_is_synced_leaves_and_the_record_lands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.3)
+        real_fsync(fd)
+
+    state, _ = await _cancelled_mid_write(tmp_path, monkeypatch, slow_fsync)
+    assert (state.captured, state.capture_failures) == (1, 0)
+    (record,) = CaptureStore(tmp_path).read("late-1")
+    assert record["response"] == {"id": "chatcmpl-1"}
+
+
+async def test_a_record_that_fails_after_its_caller_was_cancelled_is_still_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def failing_fsync(fd: int) -> None:
+        time.sleep(0.3)
+        raise OSError(28, "No space left on device")
+
+    with caplog.at_level(logging.ERROR, logger="rollcap.server"):
+        state, _ = await _cancelled_mid_write(tmp_path, monkeypatch, failing_fsync)
+    assert (state.captured, state.capture_failures) == (0, 1)
+    assert CaptureStore(tmp_path).is_incomplete("late-1")
+    assert "capture write failed for rollout late-1" in caplog.text
