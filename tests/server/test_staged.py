@@ -232,6 +232,42 @@ async def test_non_streamed_answers_lose_the_internal_token_fields(stack: Stack)
     assert raw.headers["x-rollcap-model-call-id"] == stack.ledger("rl-n")[0]["model_call_id"]
 
 
+@pytest.mark.parametrize("include_usage", [True, False])
+async def test_a_chat_stream_carries_usage_only_when_the_client_asked(
+    stack: Stack, include_usage: bool
+) -> None:
+    body: dict[str, Any] = {"model": "text", "messages": [{"role": "user", "content": "hi"}]}
+    body |= STREAM
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
+    headers = {"authorization": f"Bearer {CLIENT_KEY}"}
+    url = f"{stack.model_url}/ng-rollout/rl-u/v1/chat/completions"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, json=body, headers=headers) as response,
+    ):
+        assert response.status == 200
+        raw = await response.text()
+    chunks = [
+        orjson.loads(line[6:])
+        for line in raw.splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+    with_usage = [c for c in chunks if c.get("usage")]
+    assert len(with_usage) == (1 if include_usage else 0)
+    if include_usage:  # the SDK reads it as the call's usage
+        async with _openai(f"{stack.model_url}/ng-rollout/rl-u2/v1") as client:
+            stream = await client.chat.completions.create(
+                model="text",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            last = [chunk async for chunk in stream][-1]
+        assert last.usage is not None
+        assert last.usage.completion_tokens > 0
+
+
 @pytest.mark.parametrize("capture", [True, False])
 async def test_a_conversion_failure_is_recorded_then_the_responses_stream_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capture: bool

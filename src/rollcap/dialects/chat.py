@@ -49,6 +49,7 @@ __all__ = [
     "normalize",
     "tool_call_index",
     "usage",
+    "wants_stream_usage",
 ]
 
 NAME = "chat"
@@ -58,6 +59,11 @@ _REASONING_KEYS = ("reasoning_content", "reasoning")
 # Keys of which at least one marks a JSON object as a chunk rather than stray data.
 _CHUNK_KEYS = frozenset({"id", "object", "choices", "usage", "model"})
 _PLAIN_DELTA_KEYS = frozenset({"role", "content"})
+
+
+def wants_stream_usage(request: Mapping[str, Any]) -> bool:
+    """Whether a streamed request asked for the usage chunk (``stream_options.include_usage``)."""
+    return as_dict(request.get("stream_options")).get("include_usage") is True
 
 
 def usage(response: Mapping[str, Any]) -> Usage:

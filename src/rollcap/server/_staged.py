@@ -35,6 +35,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rollcap.dialects.chat import wants_stream_usage
 from rollcap.records import new_model_call_id
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import error_response, json_response, read_whole
@@ -274,6 +275,10 @@ class StagedCalls:
         client = chat if call.translation is None else call.translation.answer(chat)
         if not call.streaming:
             return orjson.dumps(client), "application/json"
+        if call.dialect == "chat" and not wants_stream_usage(call.client_request):
+            # A chat stream carries the usage chunk only when the client asked for it, as
+            # upstream's own stream would.
+            client = {key: value for key, value in client.items() if key != "usage"}
         events = render_sse(call.dialect, client)
         return b"".join(encode_event(e) for e in events), "text/event-stream; charset=utf-8"
 

@@ -43,6 +43,7 @@ from typing import Any, Final
 import orjson
 
 from rollcap.dialects._base import as_dict, as_str
+from rollcap.dialects.chat import wants_stream_usage
 from rollcap.sse import SSEEvent, encode_event
 from rollcap.testing import _tokens as tokenizer
 
@@ -911,7 +912,7 @@ class _Chat(_Renderer):
         return ids
 
     def frames(self, plan: Plan, body: Mapping[str, Any]) -> list[Frame]:
-        include_usage = as_dict(body.get("stream_options")).get("include_usage") is True
+        include_usage = wants_stream_usage(body)
         top = {**self._top(plan), "object": "chat.completion.chunk", **self._extras(plan)}
         # With token ids: each chunk's share of the generated ids, the prompt on the first chunk.
         chunk_ids = iter(self._chunk_ids(plan)) if plan.tokens is not None else None
