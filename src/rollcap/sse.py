@@ -20,8 +20,8 @@ class SSEEvent(NamedTuple):
     """One dispatched event. ``event`` is ``None`` when the stream named no type ("message").
 
     A named tuple, not a frozen dataclass: a captured stream makes one per event on the event
-    loop, and a frozen dataclass took 0.9 us to build against 0.2 (a 50-event stream's events
-    cost 50 us to cut, now 20; bench/proxy.py).
+    loop, and a frozen dataclass took 0.9 us to build against 0.2 (cutting a 50-event chat
+    stream: 102 us before, 66 now).
     """
 
     data: str
