@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import orjson
 import pytest
 from yarl import URL
 
+from rollcap.server._middleware import CaptureMiddleware, CaptureState
 from rollcap.store import CaptureStore
 from rollcap.testing import FakeUpstream
 from tests.server.conftest import (
@@ -573,13 +575,7 @@ async def test_a_non_streamed_answer_leaves_whole_only_once_its_record_is_durabl
 ) -> None:
     # Status, headers and body go out together after the record is synced: a client that has
     # the status can rely on the record, and it reads the answer in one piece, not two.
-    real_fsync = os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        time.sleep(0.2)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", slow_fsync)
+    monkeypatch.setattr(os, "fsync", _slow_fsync(0.2))
     for dialect in DIALECTS:
         rollout = f"whole-{dialect}"
         async with stack.session.post(
@@ -633,11 +629,22 @@ async def test_a_non_streamed_answer_cut_by_upstream_reaches_the_client_cut_the_
         assert record["error_category"] == "capture_parse_error"
 
 
-async def _cancelled_mid_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: Any) -> Any:
-    """Run one captured call through the middleware alone and cancel it while its record is
-    being synced; returns the state and what was sent to the client."""
-    from rollcap.server._middleware import CaptureMiddleware, CaptureState
+_REAL_FSYNC = os.fsync
 
+
+def _slow_fsync(delay: float) -> Callable[[int], None]:
+    def fsync(fd: int) -> None:
+        time.sleep(delay)
+        _REAL_FSYNC(fd)
+
+    return fsync
+
+
+async def _cancelled_mid_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: Callable[[int], None]
+) -> CaptureState:
+    """Run one captured call through the middleware alone and cancel it while its record is
+    being synced; the server's state once the record's outcome came."""
     monkeypatch.setattr(os, "fsync", fsync)
     state = CaptureState("policy_model", CaptureStore(tmp_path))
 
@@ -668,19 +675,13 @@ async def _cancelled_mid_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     await asyncio.wait_for(asyncio.gather(*middleware._late), 10)  # the outcome, when it comes
     assert state.writer is not None
     await asyncio.to_thread(state.writer.close)
-    return state, sent
+    return state
 
 
 async def test_a_call_cancelled_while_its_record_is_synced_leaves_and_the_record_lands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_fsync = os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        time.sleep(0.3)
-        real_fsync(fd)
-
-    state, _ = await _cancelled_mid_write(tmp_path, monkeypatch, slow_fsync)
+    state = await _cancelled_mid_write(tmp_path, monkeypatch, _slow_fsync(0.3))
     assert (state.captured, state.capture_failures) == (1, 0)
     (record,) = CaptureStore(tmp_path).read("late-1")
     assert record["response"] == {"id": "chatcmpl-1"}
@@ -694,7 +695,7 @@ async def test_a_record_that_fails_after_its_caller_was_cancelled_is_still_repor
         raise OSError(28, "No space left on device")
 
     with caplog.at_level(logging.ERROR, logger="rollcap.server"):
-        state, _ = await _cancelled_mid_write(tmp_path, monkeypatch, failing_fsync)
+        state = await _cancelled_mid_write(tmp_path, monkeypatch, failing_fsync)
     assert (state.captured, state.capture_failures) == (0, 1)
     assert CaptureStore(tmp_path).is_incomplete("late-1")
     assert "capture write failed for rollout late-1" in caplog.text
