@@ -7,8 +7,8 @@ with the mcqa resources server and its agent), one with capture off and one with
 in processes of their own; collection runs here against each agent in turn, over the example
 MCQA tasks repeated to N rollouts, in 3 alternating rounds (each capture-on round a fresh
 environment and capture directory, as a new run). Reported: the median rollouts/s of each and
-the ratio on/off, and what one raw file creation costs beside the capture directories before
-and after the run (see ``_create_cost_us``).
+the ratio on/off, and what the raw system calls of one rollout's file cost beside the capture
+directories before and after the run (see ``_raw_costs_us``).
 """
 
 from __future__ import annotations
@@ -66,19 +66,43 @@ def _run(agent: str, example: Path, out: Path, capture_dir: Path | None, repeats
     return summary.ran / elapsed
 
 
-def _create_cost_us(directory: Path, count: int = 200) -> float:
-    """CPU time of one raw file creation in ``directory`` (the files stay until the end).
+def _raw_costs_us(directory: Path, count: int = 200) -> tuple[float, float, float]:
+    """CPU time of the system calls one rollout's file needs, done raw in ``directory``:
+    creating it, writing and fsyncing one 2.5 KiB line, reading it back (the files stay until
+    the end). No capture can cost less than their sum.
 
-    Collection creates a file per rollout. On an ext4 without a journal, creating one in a
-    block group where many inodes were deleted in the last minutes scans past each of them:
-    hundreds of us instead of tens, whatever the program. The figure tells the reader which
-    case a run measured.
+    On an ext4 without a journal, creating a file in a block group where many inodes were
+    deleted in the last minutes scans past each of them: hundreds of us instead of tens,
+    whatever the program. The figures tell the reader which case a run measured.
     """
     directory.mkdir()
+    paths = [os.fspath(directory / f"probe-{n}") for n in range(count)]
+    line = b'{"probe": "' + b"x" * 2500 + b'"}\n'
+    costs: list[float] = []
     start = time.process_time()
-    for n in range(count):
-        os.close(os.open(directory / f"probe-{n}", os.O_WRONLY | os.O_CREAT, 0o600))
-    return (time.process_time() - start) / count * 1e6
+    for path in paths:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    costs.append(time.process_time() - start)
+    start = time.process_time()
+    for path in paths:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    costs.append(time.process_time() - start)
+    start = time.process_time()
+    for path in paths:
+        with open(path, "rb") as handle:
+            handle.read()
+    costs.append(time.process_time() - start)
+    create, write, read = (cost / count * 1e6 for cost in costs)
+    return create, write, read
+
+
+def _costs_line(label: str, costs: tuple[float, float, float]) -> str:
+    return "{}: create {:.0f} us, write + fsync {:.0f} us, read {:.0f} us".format(label, *costs)
 
 
 def main() -> None:
@@ -88,7 +112,7 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="rollcap-bench-collect-"))
-    create_before = _create_cost_us(work / "probe-before")
+    raw_before = _raw_costs_us(work / "probe-before")
     example = example_data_path("mcqa")
     repeats = -(-args.tasks // len(example.read_text().splitlines()))
     env = [str(BIN / "rollcap"), "env", "start", "--resources-server", "mcqa",
@@ -122,9 +146,10 @@ def main() -> None:
                   f"({', '.join(f'{v:.0f}' for v in values)})")  # fmt: skip
         ratio = statistics.median(rates["capture on"]) / statistics.median(rates["capture off"])
         print(f"capture on / off: {ratio:.2f} ({args.concurrency} concurrent, 2 cores shared)")
-        create_after = _create_cost_us(work / "probe-after")
-        print(f"raw file creation beside the capture directories: {create_before:.0f} us "
-              f"before the run, {create_after:.0f} us after")  # fmt: skip
+        raw_after = _raw_costs_us(work / "probe-after")
+        print("raw system calls of one rollout file beside the capture directories, CPU:")
+        print(_costs_line("  before the run", raw_before))
+        print(_costs_line("  after the run ", raw_after))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
