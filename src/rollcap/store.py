@@ -599,20 +599,20 @@ class CaptureStore:
     def reset(self, rollout_id: str) -> None:
         """``clear``, then leave the rollout's file empty: dispatched, no calls recorded yet."""
         self.clear(rollout_id)
-        path = self._file(rollout_id)
+        self._touch(self._file(rollout_id))
+
+    def mark_incomplete(self, rollout_id: str) -> None:
+        """Leave the empty marker that says a write for this rollout failed."""
+        self._touch(self._marker(rollout_id))
+
+    def _touch(self, path: str) -> None:
+        """Make sure ``path`` exists (private, its content kept), and the directory with it."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
         try:
             fd = os.open(path, flags, _FILE_MODE)
         except FileNotFoundError:  # no directory yet
             self._ensure_directory()
             fd = os.open(path, flags, _FILE_MODE)
-        os.close(fd)
-
-    def mark_incomplete(self, rollout_id: str) -> None:
-        """Leave the empty marker that says a write for this rollout failed."""
-        path = self._marker(rollout_id)
-        self._ensure_directory()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
         os.close(fd)
 
     def is_incomplete(self, rollout_id: str) -> bool:
