@@ -260,18 +260,18 @@ class CaptureMiddleware:
         try:
             await asyncio.shield(durable)
         except asyncio.CancelledError:
-            late = asyncio.ensure_future(self._settle_late(durable, writer, rollout_id, call_id))
+            late = asyncio.ensure_future(self._settle(durable, writer, rollout_id, call_id))
             self._late.add(late)
             late.add_done_callback(self._late.discard)
             raise
-        except Exception as exc:
-            await self._failed(writer, rollout_id, call_id, exc)
-        else:
-            self.state.captured += 1
+        except Exception:
+            pass  # settled below, as a success is
+        await self._settle(durable, writer, rollout_id, call_id)
 
-    async def _settle_late(
+    async def _settle(
         self, durable: asyncio.Future[None], writer: RecordWriter, rollout_id: str, call_id: str
     ) -> None:
+        """Count the record once it is durable, or report its failure."""
         try:
             await durable
         except Exception as exc:
