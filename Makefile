@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/proxy.py
 	$(BIN)/python bench/collect.py
 	$(BIN)/python bench/staging.py
+	$(BIN)/python bench/local.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -32,9 +32,11 @@ def _events(response: httpx2.Response) -> list[Any]:
 
 
 def _llama_cpp_answer(engine: LocalEngine, messages: list[Any], max_tokens: int) -> Any:
-    """What llama-cpp-python's own chat completion gives for the same request."""
+    """What llama-cpp-python's own chat completion gives for the same request, from the state
+    every generation of the server starts from: an empty context."""
     call = parse_chat_request({"messages": messages})
     with engine.lock:
+        engine.llama.reset()
         return engine.llama.create_chat_completion(
             messages=[dict(m) for m in call.messages],
             temperature=0.0,

@@ -5,6 +5,12 @@ methods run on the engine's single worker thread: the event loop never blocks, a
 in arrival order. A streamed generation hands its text to the event loop through an asyncio
 queue, piece by piece, as tokens come.
 
+Every generation starts from an empty context and evaluates its whole prompt. llama.cpp would
+otherwise reuse the longest prefix it still holds from the previous call and evaluate only the
+rest, in other batches, which rounds differently: the same request at temperature 0 could then
+get another answer depending on what the engine was asked before. Determinism costs the prompt's
+re-evaluation on every call (bench/local.py measures it).
+
 Generation is one loop for both ways of answering, so a streamed answer's text and counts are
 the non-streamed answer's. It follows llama-cpp-python's ``create_chat_completion``: the
 model's own chat template (from the GGUF), the same prompt tokens, the same sampler chain, the
@@ -172,6 +178,7 @@ class LocalEngine:
         with self._lock:
             vocab = self._llama_cpp.llama_model_get_vocab(llama.model)
             llama.set_seed(sampling.seed)
+            llama.reset()  # no prefix of an earlier call is reused: see the module docstring
             tokens = llama.generate(
                 prompt_tokens,
                 top_k=sampling.top_k,
