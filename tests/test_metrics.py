@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rollcap.dialects import DIALECT_NAMES, reassemble
-from rollcap.metrics import METRIC_KEYS, Gap, aggregate, aggregate_raw, build_attachment
-from rollcap.records import ModelCallRecord
+from rollcap.metrics import METRIC_KEYS, aggregate, aggregate_raw, build_attachment
+from rollcap.records import Gap, ModelCallRecord
 
 
 def _messages_record(index: int, **usage: Any) -> ModelCallRecord:

@@ -195,3 +195,17 @@ def test_model_call_ids_are_uuid4_hex_and_differ_across_fork() -> None:
         child = pool.apply(new_model_call_id)
     assert child != new_model_call_id()
     assert child not in ids
+
+
+def test_a_gap_dumps_without_nulls_for_capture_and_whole_for_evidence() -> None:
+    from rollcap.records import Gap
+
+    assert Gap("c").to_dict() == {"code": "c"}
+    assert Gap("c", "d").to_dict() == {"code": "c", "detail": "d"}
+    assert list(Gap("c", "d", "inv").to_dict()) == ["code", "invocation_id", "detail"]
+    assert Gap("c").dump() == {"code": "c", "invocation_id": None, "detail": None}
+    assert list(Gap("c", "d", "inv").dump().items()) == [
+        ("code", "c"),
+        ("invocation_id", "inv"),
+        ("detail", "d"),
+    ]

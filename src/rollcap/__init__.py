@@ -5,8 +5,8 @@ The public API is what this module exports; everything else is internal and may 
 
 from rollcap._discovery import resolve_model_base_url
 from rollcap.ids import build_rollout_id, rollout_id_from_run, validate_rollout_id
-from rollcap.metrics import Gap, aggregate, build_attachment
-from rollcap.records import ErrorCategory, ModelCallRecord, RawRecord, error_category
+from rollcap.metrics import aggregate, build_attachment
+from rollcap.records import ErrorCategory, Gap, ModelCallRecord, RawRecord, error_category
 from rollcap.routing import base_url_for_run, url_path_for_request, url_path_for_run
 from rollcap.store import (
     AvailableRecords,

@@ -8,30 +8,17 @@ reasoning".
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rollcap.dialects import DIALECT_NAMES, Usage, get_dialect
-from rollcap.records import ModelCallRecord, round_ms
+from rollcap.records import Gap, ModelCallRecord, round_ms
 
 __all__ = [
-    "GAP_INCOMPLETE",
-    "GAP_NO_RECORDS",
-    "GAP_RECORDS_UNREADABLE",
-    "GAP_TRAJECTORY_PROJECTION_FAILED",
-    "GAP_UNREADABLE",
     "METRIC_KEYS",
-    "Gap",
     "aggregate",
     "aggregate_raw",
     "build_attachment",
 ]
-
-GAP_NO_RECORDS = "model_call_capture_no_records"
-GAP_RECORDS_UNREADABLE = "model_call_capture_records_unreadable"
-GAP_INCOMPLETE = "model_call_capture_incomplete"
-GAP_UNREADABLE = "model_call_capture_unreadable"
-GAP_TRAJECTORY_PROJECTION_FAILED = "trajectory_projection_failed"
 
 _SUMMED = (
     "tokens_in",
@@ -42,21 +29,6 @@ _SUMMED = (
     "latency_total_ms",
 )
 METRIC_KEYS = (*_SUMMED, "num_calls")
-
-
-@dataclass(frozen=True, slots=True)
-class Gap:
-    """Something the attachment could not include, and why."""
-
-    code: str
-    detail: str | None = None
-
-    def to_dict(self) -> dict[str, str]:
-        return (
-            {"code": self.code}
-            if self.detail is None
-            else {"code": self.code, "detail": self.detail}
-        )
 
 
 def aggregate(records: Iterable[ModelCallRecord]) -> dict[str, Any]:

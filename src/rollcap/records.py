@@ -18,8 +18,15 @@ from rollcap.dialects import DIALECT_NAMES, Normalized, get_dialect
 from rollcap.dialects._base import as_count, as_str
 
 __all__ = [
+    "GAP_INCOMPLETE",
+    "GAP_NO_RECORDS",
+    "GAP_RECORDS_UNREADABLE",
+    "GAP_TOKEN_CAPTURE_FAILED",
+    "GAP_TRAJECTORY_PROJECTION_FAILED",
+    "GAP_UNREADABLE",
     "MODEL_REF_TYPE",
     "ErrorCategory",
+    "Gap",
     "ModelCallRecord",
     "RawRecord",
     "error_category",
@@ -28,6 +35,40 @@ __all__ = [
 ]
 
 MODEL_REF_TYPE = "responses_api_models"
+
+# Gap codes rollcap itself emits about capture. Producers' and the evidence pipeline's own codes
+# are free-form strings carried by the same ``Gap``.
+GAP_NO_RECORDS = "model_call_capture_no_records"
+GAP_RECORDS_UNREADABLE = "model_call_capture_records_unreadable"
+GAP_INCOMPLETE = "model_call_capture_incomplete"
+GAP_UNREADABLE = "model_call_capture_unreadable"
+GAP_TRAJECTORY_PROJECTION_FAILED = "trajectory_projection_failed"
+GAP_TOKEN_CAPTURE_FAILED = "token_capture_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Something a record, an attachment or a trajectory lacks, and why.
+
+    Two dumps, as the formats want them: ``to_dict`` omits the null keys (a capture record's and
+    ``ng_model_call_capture``'s gaps), ``dump`` always has ``code``, ``invocation_id`` and
+    ``detail`` in that order (agent observations' and ``ng_trajectory``'s gaps).
+    """
+
+    code: str
+    detail: str | None = None
+    invocation_id: str | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        out = {"code": self.code}
+        if self.invocation_id is not None:
+            out["invocation_id"] = self.invocation_id
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out
+
+    def dump(self) -> dict[str, str | None]:
+        return {"code": self.code, "invocation_id": self.invocation_id, "detail": self.detail}
 
 
 class ErrorCategory(enum.StrEnum):

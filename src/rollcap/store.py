@@ -33,16 +33,16 @@ from typing import Any
 import orjson
 
 from rollcap.ids import validate_rollout_id
-from rollcap.metrics import (
+from rollcap.metrics import aggregate_raw, build_attachment
+from rollcap.records import (
     GAP_INCOMPLETE,
     GAP_NO_RECORDS,
     GAP_RECORDS_UNREADABLE,
     GAP_UNREADABLE,
     Gap,
-    aggregate_raw,
-    build_attachment,
+    ModelCallRecord,
+    RawRecord,
 )
-from rollcap.records import ModelCallRecord, RawRecord
 
 __all__ = [
     "CAPTURE_SUFFIX",

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from rollcap.collect import CAPTURE_KEY, TRAJECTORY_KEY, InputError, collect
-from rollcap.metrics import GAP_NO_RECORDS, GAP_TRAJECTORY_PROJECTION_FAILED
+from rollcap.records import GAP_NO_RECORDS, GAP_TRAJECTORY_PROJECTION_FAILED
 from rollcap.store import aggregate_model_call_metrics
 from tests.collect.conftest import StubAgent, fake_record, read_lines, write_input
 

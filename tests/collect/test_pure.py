@@ -29,8 +29,8 @@ from rollcap.collect import (
     project_trajectory,
     rollout_line,
 )
-from rollcap.metrics import GAP_TRAJECTORY_PROJECTION_FAILED, build_attachment
-from rollcap.records import ModelCallRecord
+from rollcap.metrics import build_attachment
+from rollcap.records import GAP_TRAJECTORY_PROJECTION_FAILED, ModelCallRecord
 from tests.collect.conftest import fake_record
 
 LINES = [b'{"q": 0}\n', b"\n", b'{"q": 1}\n', b"   \n", b'{"q": 2}\n']

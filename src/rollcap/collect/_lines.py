@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollcap.ids import ATTEMPT_INDEX_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
-from rollcap.metrics import GAP_TRAJECTORY_PROJECTION_FAILED
+from rollcap.records import GAP_TRAJECTORY_PROJECTION_FAILED, Gap
 
 from ._plan import Rollout
 
@@ -164,7 +164,7 @@ def attach_capture(rollout: Rollout, attachment: dict[str, Any]) -> dict[str, An
         trajectory = project_trajectory(rollout, calls)
     except ProjectionError as exc:
         gaps = attachment.setdefault("gaps", [])
-        gaps.append({"code": GAP_TRAJECTORY_PROJECTION_FAILED, "detail": str(exc)})
+        gaps.append(Gap(GAP_TRAJECTORY_PROJECTION_FAILED, str(exc)).to_dict())
         return {CAPTURE_KEY: attachment}
     for call in calls:
         for key in _PAYLOAD_KEYS:

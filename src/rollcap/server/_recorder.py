@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from rollcap.dialects import StreamOutcome, get_dialect
-from rollcap.records import RawRecord, error_category, model_ref
+from rollcap.records import Gap, RawRecord, error_category, model_ref
 from rollcap.sse import SSEDecoder, SSEEvent
 
 __all__ = ["CallFailure", "CallRecorder", "Clock"]
@@ -115,7 +115,7 @@ class CallRecorder:
 
     def gap(self, code: str, detail: str | None = None) -> None:
         """Say what the record lacks or why the call failed, beyond the error category."""
-        self._gaps.append({"code": code} if detail is None else {"code": code, "detail": detail})
+        self._gaps.append(Gap(code, detail).to_dict())
 
     def response_start(self, status: int, headers: Mapping[str, str]) -> None:
         if self._failure is not None:

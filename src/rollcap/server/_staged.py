@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from rollcap.dialects.chat import wants_stream_usage
-from rollcap.records import new_model_call_id
+from rollcap.records import GAP_TOKEN_CAPTURE_FAILED, new_model_call_id
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import error_response, json_response, read_whole
 from rollcap.server._conversation import ConversationIndex, answer_fingerprint, fingerprints
@@ -287,7 +287,7 @@ class StagedCalls:
     ) -> Response:
         if recorder is not None:
             recorder.fail(CallFailure.EXCEPTION)
-            recorder.gap("token_capture_failed", reason)
+            recorder.gap(GAP_TOKEN_CAPTURE_FAILED, reason)
         if call.dialect == "responses" and call.streaming:
             return Response(
                 _response_failed(call, reason),
