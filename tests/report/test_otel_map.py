@@ -198,7 +198,8 @@ def test_unknown_stays_absent_never_zero() -> None:
         status_code=429,
         error_category="rate_limit",
     )
-    no_usage = record("chat", chat_request(), call_id="0" * 32, start=T0 + 1)
+    # Not streamed: the proxy's first byte is the whole answer, no time to first chunk.
+    no_usage = record("chat", chat_request(), call_id="0" * 32, start=T0 + 1, ttft_ms=480.0)
     del no_usage["response"]["usage"]
     unreachable = record(
         "chat",

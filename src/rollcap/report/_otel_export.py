@@ -37,6 +37,7 @@ from rollcap.report._otel_map import (
 from rollcap.store import CaptureStore
 
 __all__ = [
+    "GIVE_UP_AFTER",
     "OTEL_INSTALL_HINT",
     "RUN_KEY_FILE",
     "OtelExportResult",
@@ -48,6 +49,10 @@ __all__ = [
 
 OTEL_INSTALL_HINT = "pip install 'rollcap[otel]'"
 RUN_KEY_FILE = ".rollcap-run-key"
+# Each failed chunk has already had the exporter's retries (up to its timeout, 10 s by default);
+# a receiver that failed this many in a row is down or refusing, and would take as long again
+# for every remaining chunk.
+GIVE_UP_AFTER = 3
 
 
 class OtelUnavailable(ValueError):
@@ -77,7 +82,8 @@ class OtelExportResult:
 
     ``first_start_ns``/``last_end_ns`` bound the spans exported, sent or lost (``None`` when
     there were none); ``unplaced`` are rollouts none of whose calls has a time, ``uncaptured``
-    rollouts of the rollouts file that have no capture file.
+    rollouts of the rollouts file that have no capture file. ``chunks_unsent`` were not tried:
+    the receiver had failed ``GIVE_UP_AFTER`` chunks in a row.
     """
 
     endpoint: str
@@ -86,6 +92,7 @@ class OtelExportResult:
     spans_lost: int = 0
     chunks_sent: int = 0
     chunks_failed: int = 0
+    chunks_unsent: int = 0
     first_start_ns: int | None = None
     last_end_ns: int | None = None
     unplaced: tuple[str, ...] = ()
@@ -94,7 +101,7 @@ class OtelExportResult:
 
     @property
     def ok(self) -> bool:
-        return self.chunks_failed == 0
+        return self.chunks_failed == 0 and self.chunks_unsent == 0
 
 
 def run_key_of(directory: str | os.PathLike[str]) -> str:
@@ -254,16 +261,21 @@ def export_otel(
             run_key if run_key is not None else run_key_of(directory), content, max_content_bytes
         )
         tally = _Tally()
-        sent = lost = chunks_sent = chunks_failed = 0
+        sent = lost = chunks_sent = chunks_failed = chunks_unsent = failed_in_a_row = 0
         for chunk in chunked(
             _spans(store, rollout_ids, options, infos, tally), max_spans_per_chunk, MAX_CHUNK_BYTES
         ):
-            if sender.send(chunk):
+            if failed_in_a_row >= GIVE_UP_AFTER:
+                lost += len(chunk)
+                chunks_unsent += 1
+            elif sender.send(chunk):
                 sent += len(chunk)
                 chunks_sent += 1
+                failed_in_a_row = 0
             else:
                 lost += len(chunk)
                 chunks_failed += 1
+                failed_in_a_row += 1
     finally:
         sender.close()
     return OtelExportResult(
@@ -273,6 +285,7 @@ def export_otel(
         spans_lost=lost,
         chunks_sent=chunks_sent,
         chunks_failed=chunks_failed,
+        chunks_unsent=chunks_unsent,
         first_start_ns=tally.first_start_ns,
         last_end_ns=tally.last_end_ns,
         unplaced=tuple(tally.unplaced),

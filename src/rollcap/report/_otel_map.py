@@ -263,8 +263,10 @@ def _response_attributes(record: ModelCallRecord, out: dict[str, AttributeValue]
     _set(out, "gen_ai.usage.reasoning.output_tokens", record.tokens_reasoning)
     _set(out, "gen_ai.usage.cache_read.input_tokens", record.cached_tokens)
     _set(out, "gen_ai.usage.cache_creation.input_tokens", record.cache_creation_tokens)
-    if record.latency_ttft_ms is not None:
+    streamed = record.request is not None and record.request.get("stream") is True
+    if streamed and record.latency_ttft_ms is not None:
         # Measured at the proxy: the first byte from the upstream, not the first token shown.
+        # A buffered answer's first byte is its whole latency, which the convention leaves out.
         out["gen_ai.response.time_to_first_chunk"] = record.latency_ttft_ms / 1000.0
     _set(out, "http.response.status_code", record.status_code)
 
