@@ -20,6 +20,7 @@ import orjson
 
 from rollcap import __version__
 from rollcap.config import ConfigError, RunSettings, load_config
+from rollcap.report._otel_cli import add_export_otel_command, run_export_otel
 from rollcap.store import CaptureReadError, CaptureStore, capture_attachment
 
 EXIT_OK = 0
@@ -138,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--no-payloads", action="store_true", help="omit request and response payloads"
     )
+    add_export_otel_command(capture_commands)
     return parser
 
 
@@ -369,6 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _capture_list(args.directory)
         if args.command == "capture" and args.capture_command == "show":
             return _capture_show(args.directory, args.rollout_id, not args.no_payloads)
+        if args.command == "capture" and args.capture_command == "export-otel":
+            return run_export_otel(args)
     except (ConfigError, ValueError, CaptureReadError) as exc:
         print(f"rollcap: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
