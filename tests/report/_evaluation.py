@@ -9,7 +9,9 @@ The rollouts cover every kind of call the report shows:
 - task 1, rollout ``1-0`` (Responses): a streamed text, a 429, the same request again; and a
   torn last line, as a crash leaves it;
 - task 2, rollout ``2-0`` (Anthropic Messages): streamed thinking, a stream cut short, a stream
-  error event; the rollout failed (a failures-file line).
+  error event; the rollout failed (a failures-file line);
+- task 3, rollout ``3-0`` (chat, RL): two turns through a capture worker that stages their
+  token ids into ``staging/`` (the token view).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rollcap._serving import serving_in_thread
 from rollcap.collect import Rollout, failure_line, failures_path, rollout_line
 from rollcap.server import ModelServerSettings, create_model_app
 from rollcap.testing import HEADER_SCENARIO, FakeUpstream
+from rollcap.worker import WorkerSettings, create_worker_app
 
 UPSTREAM_KEY = "report-upstream-key"
 DIVERGE_AT = 2
@@ -47,14 +50,21 @@ TOOLS: list[Any] = [
     }
 ]
 # rollout id -> (calls, error categories of its calls in order)
-EXPECTED_CALLS = {"0-0": 3, "0-1": 4, "1-0": 3, "2-0": 3}
+EXPECTED_CALLS = {"0-0": 3, "0-1": 4, "1-0": 3, "2-0": 3, "3-0": 2}
 EXPECTED_ERRORS = {
     "0-0": [None, None, None],
     "0-1": [None, None, None, None],
     "1-0": [None, "rate_limit", None],
     "2-0": [None, "stream_truncated", "upstream_error"],
+    "3-0": [None, None],
 }
-STREAMED = {"0-0": [0, 1, 1], "0-1": [0, 1, 1, 1], "1-0": [1, 0, 0], "2-0": [1, 1, 1]}
+STREAMED = {
+    "0-0": [0, 1, 1],
+    "0-1": [0, 1, 1, 1],
+    "1-0": [1, 0, 0],
+    "2-0": [1, 1, 1],
+    "3-0": [0, 1],
+}
 
 
 def _scenario(name: str) -> dict[str, str]:
@@ -68,6 +78,7 @@ class Evaluation:
     job_dir: Path
     openai_url: str
     anthropic_url: str
+    staged_url: str
     http: httpx2.Client
     lines: list[dict[str, Any]] = field(default_factory=list)
 
@@ -79,9 +90,14 @@ class Evaluation:
     def rollouts_file(self) -> Path:
         return self.job_dir / "rollouts.jsonl"
 
-    def openai(self, rollout_id: str) -> openai.OpenAI:
+    @property
+    def staging_dir(self) -> Path:
+        return self.job_dir / "staging"
+
+    def openai(self, rollout_id: str, *, staged: bool = False) -> openai.OpenAI:
+        base = self.staged_url if staged else self.openai_url
         return openai.OpenAI(
-            base_url=f"{self.openai_url}/ng-rollout/{rollout_id}/v1",
+            base_url=f"{base}/ng-rollout/{rollout_id}/v1",
             api_key="client-key",
             max_retries=0,
             http_client=self.http,
@@ -181,6 +197,18 @@ class Evaluation:
                 stream.get_final_message()
         self.fail(2, 0, "the model stream broke off </b>")
 
+    def staged_rollout(self) -> None:
+        """Task 3: two chat turns whose token ids the capture worker stages."""
+        client = self.openai("3-0", staged=True)
+        messages: list[Any] = [{"role": "user", "content": "Say hello."}]
+        first = client.chat.completions.create(model="fake-model", messages=messages)
+        messages.append({"role": "assistant", "content": first.choices[0].message.content})
+        messages.append({"role": "user", "content": "Once more."})
+        stream = client.chat.completions.create(model="fake-model", messages=messages, stream=True)
+        for _ in stream:
+            pass
+        self.finish(3, 0, 0.5)
+
 
 @contextlib.contextmanager
 def evaluation_servers(job_dir: Path) -> Iterator[Evaluation]:
@@ -196,12 +224,31 @@ def evaluation_servers(job_dir: Path) -> Iterator[Evaluation]:
                 capture_dir=capture_dir,
             )
 
+        worker = create_worker_app(
+            WorkerSettings(
+                upstream_url=upstream.url,
+                staging_dir=job_dir / "staging",
+                api_key=UPSTREAM_KEY,
+            )
+        )
         with (
             serving_in_thread(create_model_app(settings("openai_model"))) as openai_url,
             serving_in_thread(create_model_app(settings("anthropic_model"))) as anthropic_url,
+            serving_in_thread(worker) as worker_url,
+            serving_in_thread(
+                create_model_app(
+                    ModelServerSettings(
+                        model_type="vllm_model",
+                        base_url=worker_url + "/v1",
+                        capture_dir=capture_dir,
+                        external_staging=True,
+                        ledger_dir=job_dir / "ledger",
+                    )
+                )
+            ) as staged_url,
             httpx2.Client(timeout=30) as http,
         ):
-            yield Evaluation(job_dir, openai_url, anthropic_url, http)
+            yield Evaluation(job_dir, openai_url, anthropic_url, staged_url, http)
 
 
 def run_evaluation(job_dir: Path) -> None:
@@ -212,5 +259,6 @@ def run_evaluation(job_dir: Path) -> None:
         run.chat_rollout(1, ["Explain your answer.", "Thanks."], 0.0)
         run.responses_rollout()
         run.messages_rollout()
+        run.staged_rollout()
     with (job_dir / "model-calls" / "1-0.capture.jsonl").open("ab") as handle:
         handle.write(b'{"model_call_id": "torn')

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from rollcap.records import (
     GAP_INCOMPLETE,
     GAP_NO_RECORDS,
@@ -307,6 +309,7 @@ def _payload_calls(
     threads: Sequence[Any],
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    stored: dict[str, dict[bytes, int]] = {}
     for position, (record, raw, call, thread) in enumerate(
         zip(records, raws, canon, threads, strict=True)
     ):
@@ -336,12 +339,20 @@ def _payload_calls(
             "stream": _streamed(record.request),
             "raw": record.request_raw is not None or record.response_raw is not None,
         }
-        # Parameters (tools included) mostly repeat from call to call: stored once.
-        previous = out[position - 1] if position else None
-        if previous is not None and call.params == canon[position - 1].params:
-            item["params_ref"] = previous.get("params_ref", position - 1)
-        else:
-            item["params"] = call.params
+        # Parameters, and tool definitions above all, mostly repeat from call to call: each
+        # distinct value is stored once, later calls name the call that holds it.
+        params = dict(call.params)
+        tools = params.pop("tools", None)
+        for key, value in (("params", params), ("tools", tools)):
+            if value is None:
+                continue
+            known = stored.setdefault(key, {})
+            fingerprint = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            if fingerprint in known:
+                item[f"{key}_ref"] = known[fingerprint]
+            else:
+                known[fingerprint] = position
+                item[key] = value
         if call.request_error is not None:
             item["request_error"] = call.request_error
             item["request"] = record.request

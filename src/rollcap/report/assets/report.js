@@ -177,9 +177,15 @@
     }
     return memo.get(i);
   }
+  // Parameters and tool definitions are stored once per distinct value; a call may name the
+  // call that holds them.
   function paramsOf(payload, i) {
     const call = payload.calls[i];
-    return call.params !== undefined ? call.params : payload.calls[call.params_ref].params;
+    const pick = (key) => (call[key] !== undefined ? call[key] : call[key + "_ref"] !== undefined ? payload.calls[call[key + "_ref"]][key] : undefined);
+    const params = Object.assign({}, pick("params") || {});
+    const tools = pick("tools");
+    if (tools !== undefined) params.tools = tools;
+    return params;
   }
 
   // --- plots ---------------------------------------------------------------------------------
@@ -472,12 +478,12 @@
     if (call.gaps.length) box.appendChild(h("p", null, "Gaps: ", call.gaps.map((g) => tag(g.code + (g.detail ? ": " + g.detail : ""), "gap"))));
 
     const newOnes = h("div", { id: "new-messages" });
-    const fill = (all) => {
+    const showMessages = (all) => {
       const list = all ? whole : call.new;
       fill(newOnes, list.length ? list.map(messageView) : h("p", { class: "muted" }, "no new message (the same request as call #" + call.parent + ")"));
     };
-    fill(false);
-    const toggle = h("label", null, h("input", { type: "checkbox", id: "whole-request", onchange: (e) => fill(e.target.checked) }), " whole request (" + whole.length + " messages)");
+    showMessages(false);
+    const toggle = h("label", null, h("input", { type: "checkbox", id: "whole-request", onchange: (e) => showMessages(e.target.checked) }), " whole request (" + whole.length + " messages)");
     box.appendChild(h("h3", null, "New messages (" + call.new.length + ") "));
     box.appendChild(toggle);
     if (call.request_error) box.appendChild(h("div", null, h("p", { class: "marker" }, "the request could not be read as a conversation: " + call.request_error), h("pre", null, pretty(call.request))));
