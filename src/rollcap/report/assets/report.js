@@ -391,7 +391,7 @@
     for (const c of shown) end = Math.max(end, (c.start || 0) + (c.latency || 0));
     end = end || 1;
     const width = 900, left = 56, bar = 14, top = 18;
-    const x = (v) => left + (v / end) * (width - left - 10);
+    const x = (v) => left + (v / end) * (width - left - 30);
     const svg = s("svg", { id: "waterfall", width: width, height: top + shown.length * bar + 6, viewBox: "0 0 " + width + " " + (top + shown.length * bar + 6) });
     for (const t of ticks(0, end, 6)) {
       svg.appendChild(s("line", { class: "grid", x1: x(t), x2: x(t), y1: top - 4, y2: top + shown.length * bar }));
