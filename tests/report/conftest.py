@@ -44,9 +44,13 @@ CHROMIUM_ARGS = [
 LOCAL_SCHEMES = ("file:", "data:", "blob:")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
-    """Debian's Chromium, headless, with a fresh profile; never a downloaded browser."""
+    """Debian's Chromium, headless, with a fresh profile; never a downloaded browser.
+
+    One per module: Playwright's synchronous API holds an event loop while it runs, and the
+    asyncio tests of other modules need theirs.
+    """
     if not CHROMIUM.is_file():
         pytest.fail(
             f"{CHROMIUM} is missing: the browser tests need Debian's chromium package, "

@@ -84,7 +84,7 @@ def test_a_failed_call_shows_its_error_category(watched: Watched, report_url: st
             if category is None:
                 continue
             page.goto(f"{report_url}#/r/{rollout_id}")
-            page.click(f"#waterfall g.bar[data-call='{position}'] rect.hit")
+            page.click(f"#waterfall g.bar[data-call='{position}']")
             detail = page.locator(f"#call-detail[data-call='{position}']")
             assert detail.locator(".error-category").inner_text() == category
     page.goto(f"{report_url}#/r/1-0/1")

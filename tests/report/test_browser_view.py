@@ -29,7 +29,7 @@ def test_the_served_page_shows_a_rollout_that_lands_while_it_is_open(
         page.click("tr[data-rollout='0-2']")
         page.wait_for_selector("#waterfall g.bar[data-call='2']")
         assert page.locator("#waterfall g.bar").count() == 3
-        page.click("#waterfall g.bar[data-call='1'] rect.hit")
+        page.click("#waterfall g.bar[data-call='1']")
         detail = page.locator("#call-detail[data-call='1']")
         detail.locator("#raw summary").click()
         assert detail.locator("#raw pre").first.inner_text().startswith("data: ")

@@ -171,6 +171,24 @@ def test_a_request_that_is_no_conversation_is_stored_whole() -> None:
     assert call["request"]["messages"] == "not a list"
 
 
+def test_records_of_any_shape_never_stop_the_report() -> None:
+    odd: list[Any] = [
+        {},
+        {"dialect": "responses", "request": {"input": [{"type": 5}]}, "gaps": 7},
+        {"dialect": "messages", "request": {"messages": [None]}, "response": {"content": 3}},
+        {"dialect": "chat", "request": {"messages": [1, "x"]}, "response": {"choices": [1]}},
+    ]
+    digest = digest_rollout(RolloutInput("0-0", list(enumerate(odd))))
+    assert digest.row["calls"] == 4
+    assert digest.payload is not None
+    assert [c.get("request_error") is not None for c in digest.payload["calls"]] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
 def test_what_could_not_be_read_becomes_the_rollouts_gaps() -> None:
     def gaps(source: RolloutInput) -> list[str]:
         return digest_rollout(source).row["gaps"]

@@ -58,13 +58,15 @@ def test_missing_paths_are_named(tmp_path: Path) -> None:
 def test_rollout_lines_count_what_does_not_parse(job_copy: Path) -> None:
     rollouts = job_copy / "rollouts.jsonl"
     with rollouts.open("ab") as handle:
-        handle.write(b'{"rollout_id": "9-0", "reward": 1}\n[1, 2]\n{"torn\n')
+        handle.write(
+            b'{"rollout_id": "9-0", "reward": 1}\n[1, 2]\n{"rollout_id": "../x"}\n{"torn\n'
+        )
     lines, notes = read_rollout_lines(find_run(job_copy))
     assert lines["0-0"] == RolloutLine(task=0, rollout=0, attempt=0, reward=1.0)
     assert lines["9-0"].reward == 1.0
     assert lines["2-0"].failure == "agent_error: the model stream broke off </b>"
     assert [(n.code, n.detail) for n in notes] == [
-        (NOTE_ROLLOUTS_UNREADABLE, f"{rollouts}: count=2")
+        (NOTE_ROLLOUTS_UNREADABLE, f"{rollouts}: count=3")
     ]
 
 

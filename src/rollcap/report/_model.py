@@ -196,11 +196,11 @@ def _streamed(request: Mapping[str, Any] | None) -> bool:
     return isinstance(request, Mapping) and request.get("stream") is True
 
 
-def _call_gap_codes(record: Mapping[str, Any]) -> list[str]:
+def _call_gaps(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     gaps = record.get("gaps")
     if not isinstance(gaps, list):
         return []
-    return [str(g.get("code")) for g in gaps if isinstance(g, Mapping)]
+    return [g for g in gaps if isinstance(g, Mapping)]
 
 
 def digest_rollout(source: RolloutInput, *, payload: bool = True) -> RolloutDigest:
@@ -221,7 +221,7 @@ def digest_rollout(source: RolloutInput, *, payload: bool = True) -> RolloutDige
         ttft = record.latency_ttft_ms if stream else None
         if ttft is not None:
             ttfts.append(ttft)
-        codes = _call_gap_codes(raw)
+        codes = [str(g.get("code")) for g in _call_gaps(raw)]
         gap_codes.extend(c for c in codes if c not in gap_codes)
         if record.finish_reason is not None and record.finish_reason not in finishes:
             finishes.append(record.finish_reason)
@@ -322,7 +322,6 @@ def _payload_calls(
             "keep": thread.keep,
             "new": thread.new,
             "answer": call.answer,
-            "tool_calls": record.tool_calls,
             "reasoning": record.reasoning_content,
             "usage": {key: getattr(record, key) for key in _USAGE_KEYS},
             "finish_reason": record.finish_reason,
@@ -330,15 +329,15 @@ def _payload_calls(
             "response_id": record.response_id,
             "status_code": record.status_code,
             "error_category": record.error_category,
-            "gaps": [g for g in raw.get("gaps") or () if isinstance(g, Mapping)],
+            "gaps": _call_gaps(raw),
             "session": record.client_session_id,
-            "started_at": record.started_at,
-            "completed_at": record.completed_at,
-            "latency_ms": record.latency_total_ms,
-            "ttft_ms": record.latency_ttft_ms,
             "stream": _streamed(record.request),
             "raw": record.request_raw is not None or record.response_raw is not None,
         }
+        # Times are in the summary's call columns; tool calls are in the answer's messages
+        # unless the answer could not be read as messages.
+        if record.tool_calls and not any(m.get("tool_calls") for m in call.answer):
+            item["tool_calls"] = record.tool_calls
         # Parameters, and tool definitions above all, mostly repeat from call to call: each
         # distinct value is stored once, later calls name the call that holds it.
         params = dict(call.params)

@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 
 from rollcap.collect import failures_path
-from rollcap.ids import validate_rollout_id
+from rollcap.ids import ROLLOUT_ID_PATTERN, validate_rollout_id
 from rollcap.records import Gap
 from rollcap.report._model import RolloutInput, RolloutLine, rollout_line_info, task_of
 from rollcap.report._tokens import token_payload
@@ -137,7 +137,7 @@ def read_rollout_lines(run: RunFiles) -> tuple[dict[str, RolloutLine], list[Gap]
                 bad += 1
                 continue
             rollout_id, line = info
-            if failures and line.failure is None:
+            if (failures and line.failure is None) or not ROLLOUT_ID_PATTERN.match(rollout_id):
                 bad += 1
                 continue
             lines[rollout_id] = line

@@ -458,6 +458,8 @@
 
   function callDetail(row, payload, pos) {
     const call = payload.calls[pos];
+    // Times come from the summary, which a served page may not have caught up with yet.
+    const timing = callsOf(row)[pos] || { start: null, latency: null, ttft: null };
     const memo = new Map();
     const whole = conversation(payload, pos, memo);
     const box = h("section", { class: "detail", id: "call-detail", "data-call": pos });
@@ -468,8 +470,8 @@
       ["model call id", call.id], ["model", call.model || dash], ["dialect", call.dialect],
       ["HTTP status", num(call.status_code)], ["error category", h("span", { class: "error-category" }, call.error_category || dash)],
       ["finish reason", call.finish_reason || dash], ["response status", call.response_status || dash],
-      ["started", when(call.started_at)], ["latency", ms(call.latency_ms)],
-      ["streamed", call.stream ? "yes, first byte after " + ms(call.ttft_ms) : "no"],
+      ["started", timing.start === null ? dash : when(row.t0 + timing.start / 1000)], ["latency", ms(timing.latency)],
+      ["streamed", call.stream ? "yes, first byte after " + ms(timing.ttft) : "no"],
       ["tokens", "in " + num(usage.tokens_in) + " (cached " + num(usage.cached_tokens) + ") · out " + num(usage.tokens_out) +
         " (reasoning " + num(usage.tokens_reasoning) + ")"],
       call.session ? ["client session", call.session] : null,
@@ -498,7 +500,11 @@
     const answer = h("div", { id: "answer" });
     const text = call.answer.map((m) => (typeof m.content === "string" ? m.content : Array.isArray(m.content) ? m.content.map((p) => (p && p.text) || "").join("") : "")).join("");
     if (text) answer.appendChild(h("pre", { class: "text answer-text" }, text));
-    for (const t of call.tool_calls) {
+    const toolCalls = call.tool_calls || call.answer.flatMap((m) => (m.tool_calls || []).map((t) => {
+      const fn = (t && t.function) || {};
+      return { call_id: t && t.id, name: fn.name, arguments: fn.arguments };
+    }));
+    for (const t of toolCalls) {
       answer.appendChild(h("div", { class: "tool-call" }, "tool call ", h("span", { class: "name" }, String(t.name)),
         t.call_id ? h("span", { class: "muted" }, " (" + t.call_id + ")") : null, h("pre", { class: "arguments" }, pretty(t.arguments))));
     }
