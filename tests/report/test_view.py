@@ -14,7 +14,7 @@ import pytest
 from rollcap._serving import serving
 from rollcap.report import VIEW_CSP, create_view_app, find_run
 from rollcap.report import _view as view_module
-from rollcap.report._view import RunIndex
+from rollcap.report._view import RunIndex, host_name
 from rollcap.store import CaptureStore
 from tests.report._evaluation import EXPECTED_CALLS, STREAMED
 
@@ -86,8 +86,16 @@ async def test_only_loopback_host_names_are_answered(
     status, _ = await get(session, url + "/api/summary", headers={"Host": "evil.example"})
     assert status == 400
     port = url.rsplit(":", 1)[1]
-    status, _ = await get(session, url + "/api/summary", headers={"Host": f"localhost:{port}"})
-    assert status == 200
+    for name in (f"localhost:{port}", f"[::1]:{port}", "127.0.0.1"):
+        status, _ = await get(session, url + "/api/summary", headers={"Host": name})
+        assert status == 200, name
+
+
+def test_host_names_lose_their_port_but_not_their_brackets() -> None:
+    assert host_name("LocalHost:8080") == "localhost"
+    assert host_name("[::1]:8080") == "[::1]"
+    assert host_name("[::1]") == "[::1]"
+    assert host_name("") == ""
 
 
 async def test_a_rollout_that_lands_shows_in_the_next_summary(

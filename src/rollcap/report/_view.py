@@ -28,10 +28,10 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollcap.ids import validate_rollout_id
 from rollcap.report._embed import VIEW_CSP
@@ -47,9 +47,9 @@ from rollcap.report._source import (
 )
 from rollcap.store import CaptureStore
 
-__all__ = ["RunIndex", "create_view_app"]
+__all__ = ["RunIndex", "create_view_app", "host_name"]
 
-_LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1"]
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 _NO_STORE = {"cache-control": "no-store"}
 
 _FileKey = tuple[int, int, bool, RolloutLine | None]
@@ -160,6 +160,29 @@ class RunIndex:
         self.store.close()
 
 
+def host_name(header: str) -> str:
+    """The host of a ``Host`` header, without its port; an IPv6 address keeps its brackets."""
+    if header.startswith("["):
+        return header[: header.find("]") + 1].lower()
+    return header.split(":", 1)[0].lower()
+
+
+class _KnownHostsOnly:
+    """Answers 400 to a request whose ``Host`` is not one of ``allowed`` (``None``: any)."""
+
+    def __init__(self, app: ASGIApp, allowed: frozenset[str] | None) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.allowed is not None:
+            header = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if host_name(header) not in self.allowed:
+                await PlainTextResponse("Invalid host header", 400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _json(value: Any, status: int = 200) -> Response:
     return Response(
         orjson.dumps(value), status_code=status, media_type="application/json", headers=_NO_STORE
@@ -223,7 +246,10 @@ def create_view_app(
         finally:
             index.close()
 
-    hosts = ["*"] if host in ("0.0.0.0", "::") else sorted({*_LOOPBACK_HOSTS, host})
+    # Bound to every interface, the user chose to be reached by any name.
+    hosts = None
+    if host not in ("0.0.0.0", "::"):
+        hosts = frozenset({*_LOOPBACK_HOSTS, f"[{host}]" if ":" in host else host.lower()})
     return Starlette(
         routes=[
             Route("/", home),
@@ -232,6 +258,6 @@ def create_view_app(
             Route("/api/rollout/{rollout_id}/tokens", tokens),
             Route("/api/rollout/{rollout_id}/call/{position:int}/raw", raw),
         ],
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
+        middleware=[Middleware(_KnownHostsOnly, allowed=hosts)],
         lifespan=lifespan,
     )
