@@ -50,12 +50,13 @@ $(DEMO_STAMP): $(BIN)/python pyproject.toml
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m rollcap.demo
 
-bench: $(STAMP)
+bench: $(STAMP) browser
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/proxy.py
 	$(BIN)/python bench/collect.py
 	$(BIN)/python bench/staging.py
 	$(BIN)/python bench/local.py
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -218,3 +218,18 @@ def test_signatures_tell_requests_apart_by_messages_and_parameters() -> None:
     assert chat_call([USER], None).signature == base.signature  # the answer is not the request
     assert chat_call([USER], ANSWER, temperature=0.5).signature != base.signature
     assert chat_call([{**USER, "content": "Capital of Spain?"}], ANSWER).signature != base.signature
+
+
+def test_reusing_the_previous_calls_fingerprints_changes_nothing() -> None:
+    history = [SYSTEM, USER, TOOL_CALL, RESULT, ANSWER]
+    calls = [history[:2], history[:4], history, [SYSTEM, {"role": "user", "content": "Other"}]]
+    previous = None
+    for messages in calls:
+        fresh = chat_call(messages, ANSWER)
+        reused = canonical_call(
+            "chat", {"model": "m", "messages": messages}, chat_response(ANSWER), previous=previous
+        )
+        assert reused.request_fingerprints == fresh.request_fingerprints
+        assert reused.answer_fingerprints == fresh.answer_fingerprints
+        assert reused.signature == fresh.signature
+        previous = reused

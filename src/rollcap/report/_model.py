@@ -27,7 +27,12 @@ from rollcap.records import (
     Gap,
     ModelCallRecord,
 )
-from rollcap.report._delta import canonical_call, divergence_matrix, thread_calls
+from rollcap.report._delta import (
+    CanonicalCall,
+    canonical_call,
+    divergence_matrix,
+    thread_calls,
+)
 
 __all__ = [
     "CALL_COLUMNS",
@@ -207,7 +212,11 @@ def digest_rollout(source: RolloutInput, *, payload: bool = True) -> RolloutDige
     """Reduce one rollout; ``payload`` also builds its payload and raw texts."""
     records = [ModelCallRecord.from_raw(raw, index) for index, raw in source.records]
     raws = [raw for _, raw in source.records]
-    canon = [canonical_call(r.dialect, r.request, r.response) for r in records]
+    canon: list[CanonicalCall] = []
+    for r in records:
+        canon.append(
+            canonical_call(r.dialect, r.request, r.response, previous=canon[-1] if canon else None)
+        )
     threads = thread_calls(canon)
     rollout_gaps = _rollout_gaps(source, bool(records))
     t0 = min((r.started_at for r in records), default=None)
