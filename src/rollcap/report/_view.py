@@ -133,7 +133,8 @@ class RunIndex:
 
     def payload(self, rollout_id: str) -> dict[str, Any] | None:
         """One rollout's payload; ``None`` when the run has no such rollout."""
-        lines, _ = self._rollout_lines()
+        with self._lock:
+            lines, _ = self._rollout_lines()
         if rollout_id not in lines and not self.store.path_for(rollout_id).exists():
             return None
         digest = digest_rollout(read_rollout(self.store, rollout_id, lines.get(rollout_id)))
