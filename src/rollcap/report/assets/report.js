@@ -660,8 +660,10 @@
         const before = parts[0] === "r" ? state.rowById.get(parts[1]) : null;
         useSummary(summary);
         const after = before ? state.rowById.get(parts[1]) : null;
-        // A rollout's page is drawn again only when that rollout changed.
-        if (parts[0] === "" || (before && after && (before.calls !== after.calls || before.gaps.length !== after.gaps.length))) await route();
+        // A rollout's page is drawn again only when that rollout changed; the list not while
+        // its filters are being typed in (the next keystroke draws it from the new summary).
+        const typing = document.activeElement && document.activeElement.tagName === "INPUT";
+        if ((parts[0] === "" && !typing) || (before && after && (before.calls !== after.calls || before.gaps.length !== after.gaps.length))) await route();
       }
     } catch (e) {
       document.getElementById("live").textContent = "not reachable: " + e.message;
