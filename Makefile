@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck unit demo bench clean
+.PHONY: test lint typecheck unit browser demo bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/rollcap
 
-unit: $(STAMP)
+# The report's browser tests drive Debian's Chromium (never a downloaded browser build).
+CHROMIUM := /usr/bin/chromium
+
+browser:
+	@if [ -x $(CHROMIUM) ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	elif command -v sudo >/dev/null 2>&1; then \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	else \
+		echo "rollcap: no root and no sudo: the browser tests will fail until 'apt-get install chromium' is run as root"; \
+	fi
+
+unit: $(STAMP) browser
 	$(BIN)/python -m pytest -W error
 
 test: lint typecheck unit
@@ -37,12 +50,13 @@ $(DEMO_STAMP): $(BIN)/python pyproject.toml
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m rollcap.demo
 
-bench: $(STAMP)
+bench: $(STAMP) browser
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/proxy.py
 	$(BIN)/python bench/collect.py
 	$(BIN)/python bench/staging.py
 	$(BIN)/python bench/local.py
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -156,3 +156,63 @@ def test_a_started_server_freezes_what_it_built_and_collects_young_objects_less_
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_capture_report_writes_one_page(
+    capture_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out" / "run.html"
+    out.parent.mkdir()
+    assert main(["capture", "report", str(capture_dir), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"wrote {out} (")
+    assert "2 rollouts, 3 calls" in printed
+    assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_capture_report_finds_a_job_directory_and_says_what_it_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job"
+    CaptureStore(job / "model-calls").append("0-0", SPEC_RECORD)
+    (job / "rollouts.jsonl").write_bytes(b'{"rollout_id": "0-0", "reward": 1}\n')
+    out = tmp_path / "r.html"
+    args = ["capture", "report", str(job), "-o", str(out), "--payload-budget", "0"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert f"1 rollouts, 1 calls from {job / 'model-calls'}" in printed
+    assert "the payloads of 1 rollouts" in printed
+
+
+def test_capture_report_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["capture", "report", str(tmp_path), "--payload-budget", "lots"])
+    assert exited.value.code == 2
+    assert "invalid size 'lots'" in capsys.readouterr().err
+    assert main(["capture", "report", str(tmp_path / "absent")]) == 1
+    assert "no such directory" in capsys.readouterr().err
+
+
+def test_capture_view_serves_until_interrupted(capture_dir: Path) -> None:
+    import signal
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "rollcap"), "capture", "view", str(capture_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert banner.startswith(f"rollcap capture view of {capture_dir} on http://127.0.0.1:")
+        url = banner.split(" on ", 1)[1].split(" ", 1)[0]
+        with urllib.request.urlopen(f"{url}api/summary", timeout=30) as response:
+            summary = orjson.loads(response.read())
+        assert summary["rollouts"]["id"] == ["0-0", "1-0"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stopped" in err

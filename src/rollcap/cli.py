@@ -140,7 +140,47 @@ def _parser() -> argparse.ArgumentParser:
         "--no-payloads", action="store_true", help="omit request and response payloads"
     )
     add_export_otel_command(capture_commands)
+    report = capture_commands.add_parser(
+        "report", help="write one self-contained HTML file that shows the run (opens offline)"
+    )
+    _run_arguments(report)
+    report.add_argument(
+        "-o", "--output", type=Path, default=Path("report.html"), help="default: report.html"
+    )
+    report.add_argument(
+        "--payload-budget",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="most bytes of payloads to embed, e.g. 16MiB (default 64MiB); "
+        "the rest is left to `rollcap capture view`",
+    )
+    view = capture_commands.add_parser(
+        "view", help="serve the same page live (new rollouts appear) until Ctrl-C"
+    )
+    _run_arguments(view)
+    view.add_argument("--host", default="127.0.0.1")
+    view.add_argument("--port", type=int, default=0, help="default: any free port")
     return parser
+
+
+def _size(text: str) -> int:
+    from rollcap.report import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", help="a capture directory, or an `eval submit` job directory")
+    parser.add_argument(
+        "--rollouts", type=Path, metavar="R.jsonl", help="the rollouts file (rewards, failures)"
+    )
+    parser.add_argument(
+        "--staging", type=Path, metavar="DIR", help="the RL staging directory (token view)"
+    )
 
 
 def _capture_list(directory: str) -> int:
@@ -170,6 +210,42 @@ def _capture_list(directory: str) -> int:
 def _capture_show(directory: str, rollout_id: str, payloads: bool) -> int:
     attachment = capture_attachment(CaptureStore(directory), rollout_id, payloads=payloads)
     sys.stdout.buffer.write(orjson.dumps(attachment, option=orjson.OPT_INDENT_2) + b"\n")
+    return EXIT_OK
+
+
+def _capture_report(args: argparse.Namespace) -> int:
+    from rollcap.report import DEFAULT_PAYLOAD_BUDGET, find_run, write_report
+
+    run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging)
+    budget = DEFAULT_PAYLOAD_BUDGET if args.payload_budget is None else args.payload_budget
+    stats = write_report(run, args.output, payload_budget=budget)
+    print(
+        f"wrote {args.output} ({stats.size / 1e6:.2f} MB): {stats.rollouts} rollouts, "
+        f"{stats.calls} calls from {run.capture_dir}"
+    )
+    left = stats.payloads_left_out + stats.raw_left_out
+    if left:
+        print(
+            f"over the payload budget, left to `rollcap capture view`: the payloads of "
+            f"{stats.payloads_left_out} rollouts, the raw texts of {stats.raw_left_out}"
+        )
+    return EXIT_OK
+
+
+def _capture_view(args: argparse.Namespace) -> int:
+    from rollcap._serving import bind, serving
+    from rollcap.report import create_view_app, find_run
+
+    run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging)
+    app = create_view_app(run, host=args.host)
+    sock = bind(args.host, args.port)
+
+    async def serve() -> None:
+        async with serving(app, sock=sock) as url:
+            print(f"rollcap capture view of {run.capture_dir} on {url}/ (Ctrl-C stops)", flush=True)
+            await asyncio.Event().wait()
+
+    _run_until_interrupted(serve())
     return EXIT_OK
 
 
@@ -373,6 +449,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _capture_show(args.directory, args.rollout_id, not args.no_payloads)
         if args.command == "capture" and args.capture_command == "export-otel":
             return run_export_otel(args)
+        if args.command == "capture" and args.capture_command == "report":
+            return _capture_report(args)
+        if args.command == "capture" and args.capture_command == "view":
+            return _capture_view(args)
     except (ConfigError, ValueError, CaptureReadError) as exc:
         print(f"rollcap: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
