@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from rollcap._json import as_count, as_str
 from rollcap.dialects import DIALECT_NAMES, Normalized, get_dialect
-from rollcap.dialects._base import as_count, as_str
 
 __all__ = [
     "GAP_INCOMPLETE",

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from rollcap._json import as_count, as_dict
 from rollcap.sse import SSEEvent
 
 __all__ = [
@@ -30,15 +31,9 @@ __all__ = [
     "StreamReassembler",
     "ToolCall",
     "Usage",
-    "as_count",
-    "as_dict",
-    "as_str",
-    "json_type_name",
-    "load_json_object",
     "openai_error",
     "openai_usage",
     "parse_arguments",
-    "sum_counts",
     "total_tokens",
 ]
 
@@ -108,15 +103,6 @@ class StreamReassembler(Protocol):
     def finish(self) -> Reassembly: ...
 
 
-def as_count(value: object) -> int | None:
-    """A provider-reported count: an int >= 0 (a bool or float is not a count), else ``None``."""
-    if type(value) is int:  # what parsed JSON holds: one check, not two (a hot path)
-        return value if value >= 0 else None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
 def total_tokens(reported: object, tokens_in: int | None, tokens_out: int | None) -> int | None:
     """The provider's total when it reports one, else in + out when both are known."""
     total = as_count(reported)
@@ -143,23 +129,6 @@ def openai_usage(usage: Mapping[str, Any], inputs: str, outputs: str) -> Usage:
     )
 
 
-def sum_counts(*values: int | None) -> int | None:
-    """Sum of the known counts, ``None`` when none is known."""
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def as_dict(value: object) -> Mapping[str, Any]:
-    """``value`` when it is a JSON object, else an empty mapping (so lookups never raise)."""
-    if type(value) is dict:  # what parsed JSON holds; a Mapping check costs ten times more
-        return value
-    return value if isinstance(value, Mapping) else {}
-
-
-def as_str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def parse_arguments(value: object) -> Any:
     """Tool-call arguments: a JSON string is parsed, other text becomes ``{"_raw": text}``.
 
@@ -171,32 +140,6 @@ def parse_arguments(value: object) -> Any:
         return orjson.loads(value)
     except orjson.JSONDecodeError:
         return {"_raw": value}
-
-
-def json_type_name(value: object) -> str:
-    """The JSON name of a parsed value's type, for error messages a client can act on."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
-
-
-def load_json_object(text: str) -> dict[str, Any] | None:
-    """Parse an SSE data payload; ``None`` unless it is a JSON object."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def openai_error(

@@ -23,16 +23,13 @@ from typing import Any
 
 import orjson
 
+from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects._base import (
     Normalized,
     Reassembly,
     StreamOutcome,
     ToolCall,
     Usage,
-    as_count,
-    as_dict,
-    as_str,
-    load_json_object,
     parse_arguments,
     total_tokens,
 )

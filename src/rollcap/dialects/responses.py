@@ -16,16 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects._base import (
     Normalized,
     Reassembly,
     StreamOutcome,
     ToolCall,
     Usage,
-    as_count,
-    as_dict,
-    as_str,
-    load_json_object,
     openai_usage,
     parse_arguments,
 )

@@ -8,7 +8,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rollcap.dialects._base import json_type_name
+from rollcap._json import json_type_name
 
 __all__ = ["InvalidRequest", "error_response", "json_response", "read_json_object"]
 

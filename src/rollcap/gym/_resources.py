@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap.dialects._base import json_type_name
+from rollcap._json import json_type_name
 from rollcap.gym._http import (
     InvalidRequest,
     error_response,

@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import orjson
 
-from rollcap.dialects._base import as_dict, as_str
+from rollcap._json import as_dict, as_str
 from rollcap.dialects.chat import wants_stream_usage
 from rollcap.sse import SSEEvent, encode_event
 from rollcap.testing import _tokens as tokenizer

@@ -22,8 +22,8 @@ from typing import Any, NoReturn
 
 import orjson
 
+from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects import chat as chat_dialect
-from rollcap.dialects._base import as_count, as_dict, as_str, load_json_object
 from rollcap.sse import SSEEvent
 
 __all__ = [

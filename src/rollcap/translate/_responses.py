@@ -57,7 +57,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollcap.dialects._base import as_count, as_dict, as_str
+from rollcap._json import as_count, as_dict, as_str
 from rollcap.sse import SSEEvent
 from rollcap.translate._common import (
     ChatStreamTranslator,
