@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.config import ConfigError, RunSettings, redact
 from rollcap.gym import AGENTS, RESOURCES_SERVERS, AgentSettings, create_agent_app
 from rollcap.gym import create_resources_app as _resources_app

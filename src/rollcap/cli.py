@@ -172,7 +172,7 @@ def _capture_show(directory: str, rollout_id: str, payloads: bool) -> int:
 
 
 def _serve_model(args: argparse.Namespace) -> int:
-    from rollcap._serving import bind, serving
+    from rollcap._runtime.serving import bind, serving
     from rollcap.server import ModelServerSettings, create_model_app
 
     settings = RunSettings.from_config(load_config(args.config, args.overrides))
@@ -228,7 +228,7 @@ def _freeze_startup() -> None:
 def _serve_worker(args: argparse.Namespace) -> int:
     import os
 
-    from rollcap._serving import bind, serving
+    from rollcap._runtime.serving import bind, serving
     from rollcap.worker import WorkerSettings, create_worker_app
 
     api_key: str | None = None

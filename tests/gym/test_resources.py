@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.gym import InvalidRequest, ResourcesServer, create_resources_app
 from tests.gym.conftest import CLIENT_TIMEOUT
 

@@ -517,10 +517,10 @@ async def test_a_deliberately_broken_stream_is_logged_as_such_not_as_a_server_er
     monkeypatch: pytest.MonkeyPatch,
     quiet: bool,
 ) -> None:
-    from rollcap import _relay as _middleware
+    from rollcap._proxy import relay
 
     if not quiet:  # without the filter uvicorn's own line shows: the check below can fail
-        monkeypatch.setattr(_middleware._FILTER, "filter", lambda record: True)
+        monkeypatch.setattr(relay._FILTER, "filter", lambda record: True)
     caplog.set_level(logging.INFO)
     status, body, _ = await _call(
         stack.session, stack.url("chat", "broke"), "chat", stream=True, scenario="truncate"
@@ -538,8 +538,8 @@ async def test_a_deliberately_broken_stream_is_logged_as_such_not_as_a_server_er
     else:
         assert len(unfinished) == 1
     # Another unfinished response (not rollcap's doing) would still be reported.
-    assert _middleware._FILTER.filter(
-        logging.LogRecord("uvicorn.error", logging.ERROR, "", 0, _middleware._UNFINISHED, (), None)
+    assert relay._FILTER.filter(
+        logging.LogRecord("uvicorn.error", logging.ERROR, "", 0, relay._UNFINISHED, (), None)
     )
 
 

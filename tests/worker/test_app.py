@@ -14,7 +14,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.server import ModelServerSettings, create_model_app
 from rollcap.staging import (
     CAPTURE_FAILED,

@@ -29,7 +29,7 @@ from typing import IO, Any
 import aiohttp
 import orjson
 
-from rollcap._batch import BatchThread, call_each
+from rollcap._runtime.batch import BatchThread, call_each
 from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore, capture_attachment
 
 from ._aggregate import CollectionSummary, MetricsAccumulator

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import uvicorn
 
-from rollcap._serving import bind, uvicorn_server
+from rollcap._runtime.serving import bind, uvicorn_server
 from rollcap.local._app import create_chat_app
 from rollcap.local._engine import LocalEngine
 

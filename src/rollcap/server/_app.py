@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap._http import RESPONSE_DROP, forwarding_session
-from rollcap._relay import StreamResponse, UpstreamBroke
+from rollcap._proxy.headers import RESPONSE_DROP, forwarding_session
+from rollcap._proxy.relay import StreamResponse, UpstreamBroke
 from rollcap.server._answers import error_body, json_response, read_whole
 from rollcap.server._middleware import (
     DIALECT_ROUTES,

@@ -21,7 +21,7 @@ import anyio.to_thread
 import orjson
 from starlette.requests import ClientDisconnect
 
-from rollcap._relay import break_off_on, quiet_deliberate_breaks, upstream_broke
+from rollcap._proxy.relay import break_off_on, quiet_deliberate_breaks, upstream_broke
 from rollcap.records import new_model_call_id
 from rollcap.routing import ROLLOUT_PREFIX, SCOPE_ROLLOUT_ID_KEY, split_prefix
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from rollcap._http import CREDENTIAL_HEADERS, HOP_BY_HOP
+from rollcap._proxy.headers import CREDENTIAL_HEADERS, HOP_BY_HOP
 
 __all__ = ["LOCAL_MODEL", "MODEL_TYPES", "Backend", "backend_for"]
 

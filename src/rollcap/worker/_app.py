@@ -36,8 +36,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap._http import RESPONSE_DROP
-from rollcap._relay import BreakOffMiddleware, StreamResponse, UpstreamBroke
+from rollcap._proxy.headers import RESPONSE_DROP
+from rollcap._proxy.relay import BreakOffMiddleware, StreamResponse, UpstreamBroke
 from rollcap.dialects._base import openai_error
 from rollcap.staging import (
     CAPTURE_FIELD,

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import aiohttp
 
-from rollcap._http import CREDENTIAL_HEADERS, HOP_BY_HOP, forwarding_session
+from rollcap._proxy.headers import CREDENTIAL_HEADERS, HOP_BY_HOP, forwarding_session
 from rollcap.worker._settings import WorkerSettings
 
 __all__ = ["Upstream"]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from rollcap._batch import BatchThread, call_each
+from rollcap._runtime.batch import BatchThread, call_each
 
 
 async def test_results_come_back_to_their_own_callers_in_batches() -> None:
