@@ -3,7 +3,6 @@
 The public API is what this module exports; everything else is internal and may change.
 """
 
-from rollcap._discovery import resolve_model_base_url
 from rollcap.ids import build_rollout_id, rollout_id_from_run, validate_rollout_id
 from rollcap.metrics import aggregate, build_attachment
 from rollcap.records import ErrorCategory, Gap, ModelCallRecord, RawRecord, error_category
@@ -16,6 +15,7 @@ from rollcap.store import (
     capture_attachment,
     read_model_call_records,
 )
+from rollcap.workflow import resolve_model_base_url
 
 __version__ = "0.1.0"
 

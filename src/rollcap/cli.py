@@ -271,7 +271,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def _eval_run(args: argparse.Namespace) -> int:
-    from rollcap._eval import EvalRequest, Progress, format_summary, run_eval
+    from rollcap.workflow import EvalRequest, Progress, format_summary, run_eval
 
     config = load_config(args.config, args.overrides)
     request = EvalRequest(
@@ -300,7 +300,7 @@ def _eval_run(args: argparse.Namespace) -> int:
 
 
 def _eval_submit(args: argparse.Namespace) -> int:
-    from rollcap._eval import format_submit_table, submit
+    from rollcap.workflow import format_submit_table, submit
 
     config = load_config([args.config], args.overrides)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
@@ -310,7 +310,7 @@ def _eval_submit(args: argparse.Namespace) -> int:
 
 
 def _env_start(args: argparse.Namespace) -> int:
-    from rollcap._env import environment
+    from rollcap.workflow import environment
 
     config = load_config(args.config, args.overrides)
     RunSettings.from_config(config)  # a bad configuration starts nothing

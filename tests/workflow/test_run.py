@@ -3,7 +3,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from rollcap._eval import Progress
+from rollcap.workflow import Progress
 
 
 class _Terminal(io.StringIO):
@@ -37,10 +37,10 @@ def test_progress_on_a_terminal_draws_a_bar_with_rate_and_eta() -> None:
 async def test_run_eval_calls_on_started_once_servers_are_up_and_before_any_rollout(
     tmp_path: Path,
 ) -> None:
-    from rollcap._eval import EvalRequest, run_eval
     from rollcap.config import load_config
     from rollcap.gym import example_data_path
     from rollcap.testing import FakeUpstream
+    from rollcap.workflow import EvalRequest, run_eval
     from tests.conftest import SECRETS
 
     output = tmp_path / "out.jsonl"

@@ -14,7 +14,7 @@ from rollcap.testing import FakeUpstream
 from tests.conftest import SECRETS
 
 BIN = Path(sys.executable).parent
-EXAMPLE = Path(__file__).resolve().parent.parent / "resources_servers/mcqa/data/example.jsonl"
+EXAMPLE = Path(__file__).resolve().parents[2] / "resources_servers/mcqa/data/example.jsonl"
 
 
 def _submit(driver: dict[str, object], tmp_path: Path) -> subprocess.CompletedProcess[str]:

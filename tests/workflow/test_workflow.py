@@ -15,7 +15,7 @@ from rollcap.testing import FakeUpstream
 from tests.conftest import SECRETS
 
 BIN = Path(sys.executable).parent
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "resources_servers" / "mcqa" / "data" / "example.jsonl"
 KEY = SECRETS[0]
 
