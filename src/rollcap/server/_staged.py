@@ -5,7 +5,7 @@ the inference server stages (``rollcap.staging``). Such a call takes this way:
 
 1. The client's request (any dialect, streamed or not) becomes a chat request with
    ``stream: false`` and an admission (``ng_capture``): the rollout, this call's id, and the
-   parent call found from the conversation (``_conversation``), so a multi-turn rollout is one
+   parent call found from the conversation (``rollcap.conversation``), so a multi-turn rollout is one
    chain. A Responses request may pin ``required_prefix_token_ids`` (context compaction): the
    worker must continue from exactly those ids or fail the call.
 2. The worker answers with the generation and its commit coordinates. They are checked against
@@ -35,11 +35,11 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rollcap.conversation import ConversationIndex, answer_fingerprint, fingerprints
 from rollcap.dialects.chat import wants_stream_usage
 from rollcap.records import GAP_TOKEN_CAPTURE_FAILED, new_model_call_id
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import error_response, json_response, read_whole
-from rollcap.server._conversation import ConversationIndex, answer_fingerprint, fingerprints
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import Translation, error_for_client
 from rollcap.server._writer import RecordWriter

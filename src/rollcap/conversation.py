@@ -1,8 +1,9 @@
-"""Which earlier call of a rollout a new call continues: conversation fingerprints.
+"""Conversations compared by fingerprint: which earlier call of a rollout a new call continues.
 
 Pure. A multi-turn rollout sends the whole conversation again on every call; the call whose
 request messages plus answer are the longest prefix of the new call's messages is its parent,
-so the staged token records of one rollout form a chain the trainer can linearize.
+so the staged token records of one rollout form a chain the trainer can linearize. The same
+fingerprints tell where two conversations part: the first message whose fingerprints differ.
 
 Messages are compared in the backend's (chat) form, after the client's dialect was translated,
 in a canonical shape that drops what clients and translations are free to change:
@@ -95,7 +96,7 @@ def answer_fingerprint(
 class ConversationIndex:
     """Per rollout, the fingerprint each answered call leaves behind, most recent rollouts kept.
 
-    Not thread-safe: the model server uses it from its event loop only.
+    Not thread-safe: it has one owner (the model server uses it from its event loop).
     """
 
     def __init__(self, max_rollouts: int = 4096) -> None:

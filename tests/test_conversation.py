@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from rollcap.server._conversation import ConversationIndex, answer_fingerprint, fingerprints
+from rollcap.conversation import ConversationIndex, answer_fingerprint, fingerprints
 
 SYSTEM = {"role": "system", "content": "be brief"}
 USER = {"role": "user", "content": "weather in Paris?"}
