@@ -5,8 +5,8 @@ the inference server stages (``rollcap.staging``). Such a call takes this way:
 
 1. The client's request (any dialect, streamed or not) becomes a chat request with
    ``stream: false`` and an admission (``ng_capture``): the rollout, this call's id, and the
-   parent call found from the conversation (``rollcap.conversation``), so a multi-turn rollout is one
-   chain. A Responses request may pin ``required_prefix_token_ids`` (context compaction): the
+   parent call found from the conversation (``rollcap.conversation``), so a multi-turn rollout
+   is one chain. A Responses request may pin ``required_prefix_token_ids`` (context compaction): the
    worker must continue from exactly those ids or fail the call.
 2. The worker answers with the generation and its commit coordinates. They are checked against
    the admission and written, token-free, to the ledger (``<rollout_id>.tokens.jsonl`` under
