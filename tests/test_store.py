@@ -14,12 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rollcap.attachment import capture_attachment
 from rollcap.records import RawRecord
 from rollcap.store import (
     CaptureReadError,
     CaptureStore,
     aggregate_model_call_metrics,
-    capture_attachment,
     read_model_call_records,
 )
 from tests.test_records import SPEC_RECORD
@@ -182,29 +182,6 @@ def test_short_write_then_full_disk_then_recovery(
     available = store.read_available("0-0")
     assert [r["model_call_id"] for _, r in available.records] == [f"{0:032x}", f"{2:032x}"]
     assert available.bad_lines == 1
-
-
-def test_capture_attachment_gaps(tmp_path: Path) -> None:
-    store = CaptureStore(tmp_path)
-    assert capture_attachment(store, "0-0")["gaps"] == [{"code": "model_call_capture_no_records"}]
-
-    store.append("0-1", _record(0))
-    attachment = capture_attachment(store, "0-1")
-    assert "gaps" not in attachment
-    assert attachment["metrics"]["num_calls"] == 1
-
-    with store.path_for("0-1").open("ab") as handle:
-        handle.write(b'{"torn')
-    store.mark_incomplete("0-1")
-    assert capture_attachment(store, "0-1", payloads=False)["gaps"] == [
-        {"code": "model_call_capture_records_unreadable", "detail": "count=1"},
-        {"code": "model_call_capture_incomplete"},
-    ]
-
-    store.path_for("0-2").mkdir()  # cannot be read as a file
-    gaps = capture_attachment(store, "0-2")["gaps"]
-    assert gaps[0]["code"] == "model_call_capture_unreadable"
-    assert "IsADirectoryError" in gaps[0]["detail"]
 
 
 HOSTILE_IDS = [

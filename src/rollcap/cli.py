@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from rollcap import __version__
+from rollcap.attachment import capture_attachment
 from rollcap.config import ConfigError, RunSettings, load_config
-from rollcap.store import CaptureReadError, CaptureStore, capture_attachment
+from rollcap.store import CaptureReadError, CaptureStore
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

@@ -33,16 +33,8 @@ from typing import Any
 import orjson
 
 from rollcap.ids import validate_rollout_id
-from rollcap.metrics import aggregate_raw, build_attachment
-from rollcap.records import (
-    GAP_INCOMPLETE,
-    GAP_NO_RECORDS,
-    GAP_RECORDS_UNREADABLE,
-    GAP_UNREADABLE,
-    Gap,
-    ModelCallRecord,
-    RawRecord,
-)
+from rollcap.metrics import aggregate_raw
+from rollcap.records import ModelCallRecord, RawRecord
 
 __all__ = [
     "CAPTURE_SUFFIX",
@@ -51,7 +43,6 @@ __all__ = [
     "CaptureReadError",
     "CaptureStore",
     "aggregate_model_call_metrics",
-    "capture_attachment",
     "read_model_call_records",
 ]
 
@@ -685,31 +676,3 @@ def aggregate_model_call_metrics(store: CaptureStore, rollout_id: str) -> dict[s
     Strict, like ``read_model_call_records``: a bad line raises ``CaptureReadError``.
     """
     return aggregate_raw(store.read(rollout_id))
-
-
-def capture_attachment(
-    store: CaptureStore, rollout_id: str, *, payloads: bool = True
-) -> dict[str, Any]:
-    """The ``ng_model_call_capture`` object for one rollout, reading tolerantly.
-
-    Whatever cannot be read becomes a gap rather than an error: the attachment is evidence about
-    a rollout, and a damaged capture must not lose the rollout's own result.
-    """
-    gaps: list[Gap] = []
-    records: list[ModelCallRecord] = []
-    try:
-        available = store.read_available(rollout_id)
-    except OSError as exc:
-        gaps.append(Gap(GAP_UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}"))
-    else:
-        records = [ModelCallRecord.from_raw(raw, index) for index, raw in available.records]
-        if available.bad_lines:
-            gaps.append(Gap(GAP_RECORDS_UNREADABLE, f"count={available.bad_lines}"))
-        if not records:
-            gaps.append(Gap(GAP_NO_RECORDS))
-    try:
-        if store.is_incomplete(rollout_id):
-            gaps.append(Gap(GAP_INCOMPLETE))
-    except OSError as exc:
-        gaps.append(Gap(GAP_UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}"))
-    return build_attachment(rollout_id, records, gaps, payloads=payloads)

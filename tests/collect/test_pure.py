@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import orjson
 import pytest
 
+from rollcap.attachment import build_attachment
 from rollcap.collect import (
     CAPTURE_KEY,
     TRAJECTORY_KEY,
@@ -17,7 +19,6 @@ from rollcap.collect import (
     ResumeState,
     Rollout,
     aggregate_metrics_path,
-    attach_capture,
     check_agent_answer,
     count_tasks,
     failure_line,
@@ -28,8 +29,8 @@ from rollcap.collect import (
     planned_count,
     project_trajectory,
     rollout_line,
+    with_trajectory,
 )
-from rollcap.metrics import build_attachment
 from rollcap.records import GAP_TRAJECTORY_PROJECTION_FAILED, ModelCallRecord
 from tests.collect.conftest import fake_record
 
@@ -175,11 +176,13 @@ def _attachment(*records: dict[str, Any]) -> dict[str, Any]:
     return build_attachment("3-1-a1", calls)
 
 
-def test_attach_capture_moves_payloads_into_the_trajectory() -> None:
+def test_with_trajectory_moves_payloads_into_the_trajectory() -> None:
     raws = [fake_record("3-1-a1", 0), fake_record("3-1-a1", 1)]
     attachment = _attachment(*raws)
     metrics = dict(attachment["metrics"])
-    out = attach_capture(ROLLOUT, attachment)
+    before = copy.deepcopy(attachment)
+    out = with_trajectory(ROLLOUT, attachment)
+    assert attachment == before  # the payloads moved in the line, not in the argument
     capture, trajectory = out[CAPTURE_KEY], out[TRAJECTORY_KEY]
     assert capture["metrics"] == metrics
     assert "gaps" not in capture
@@ -207,9 +210,9 @@ def test_attach_capture_moves_payloads_into_the_trajectory() -> None:
     }
 
 
-def test_attach_capture_keeps_payloads_when_projection_fails() -> None:
+def test_with_trajectory_keeps_payloads_when_projection_fails() -> None:
     attachment = _attachment(fake_record("3-1-a1", 0, request=False))
-    out = attach_capture(ROLLOUT, attachment)
+    out = with_trajectory(ROLLOUT, attachment)
     assert TRAJECTORY_KEY not in out
     capture = out[CAPTURE_KEY]
     assert capture["gaps"][-1]["code"] == GAP_TRAJECTORY_PROJECTION_FAILED

@@ -30,10 +30,17 @@ import aiohttp
 import orjson
 
 from rollcap._runtime.batch import BatchThread, call_each
-from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore, capture_attachment
+from rollcap.attachment import capture_attachment
+from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
 
 from ._aggregate import CollectionSummary, MetricsAccumulator
-from ._lines import AgentAnswerError, attach_capture, check_agent_answer, failure_line, rollout_line
+from ._lines import (
+    AgentAnswerError,
+    check_agent_answer,
+    failure_line,
+    rollout_line,
+    with_trajectory,
+)
 from ._plan import (
     ResumeState,
     Rollout,
@@ -410,7 +417,7 @@ def _encode_rollout(
 ) -> bytes:
     attachment = None
     if store is not None:
-        attachment = attach_capture(
+        attachment = with_trajectory(
             rollout, capture_attachment(store, rollout.rollout_id, payloads=True)
         )
     line = rollout_line(rollout, answer, attachment)
