@@ -8,16 +8,14 @@ they never see half a line that is being written; a torn line left by a crash is
 ``read_available`` skips.
 
 A store keeps the files it appends to open, and threads appending to one file at the same time
-share one write and one fsync (group commit): under many threads the cost of an append is
-mostly the number of syscalls that release the GIL, not the syscalls themselves.
+share one write and one fsync (``_group_commit``).
 
-Everything here blocks; async callers run it in a thread (``asyncio.to_thread``).
+Everything here blocks; async callers run it in a thread (the model server's ``RecordWriter``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import sys
@@ -35,6 +33,7 @@ import orjson
 from rollcap.ids import validate_rollout_id
 from rollcap.metrics import aggregate_raw
 from rollcap.records import ModelCallRecord, RawRecord
+from rollcap.store._group_commit import Handle, Pending, Sync, commit, finish
 
 __all__ = [
     "CAPTURE_SUFFIX",
@@ -50,7 +49,7 @@ CAPTURE_SUFFIX = ".capture.jsonl"
 INCOMPLETE_SUFFIX = ".capture.incomplete"
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
-# Threads append_many syncs a batch's files in, each its share one after another.
+# How many threads append_many syncs a batch's files in; each syncs its share one by one.
 _SYNC_LANES = 4
 
 
@@ -90,91 +89,30 @@ def _parse_line(line: bytes) -> dict[str, Any] | str:
     return value
 
 
-class _Handle:
-    """One cached descriptor of a rollout file, shared by this process's threads.
+@dataclass(slots=True)
+class _FileBatch:
+    """One file's share of an ``append_many`` call: which items, their lines, their fate."""
 
-    flock locks belong to the open file description, so they do not keep this process's
-    threads apart. Threads appending at the same time queue their lines instead; one of them,
-    the leader, writes the whole queue with one write under the flock, hands the lead to the
-    first thread that queued meanwhile, then syncs, so one batch is written while the one
-    before it is being synced (group commit).
-    """
-
-    __slots__ = ("__weakref__", "end", "fd", "leading", "lock", "queue", "retired", "syncing")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.lock = threading.Lock()  # guards every field but ``end``, which only leaders use
-        self.queue: list[_Pending] = []  # lines no leader has taken yet
-        self.leading = False  # a leader is writing, or is chosen; always so while queue is not []
-        self.syncing = 0  # threads in fsync(fd)
-        # Out of the cache: lines queued already still go through fd, which is closed once no
-        # leader and no sync uses it.
-        self.retired = False
-        # The file's size right after the last write through fd (-1: unknown). While the size
-        # still equals it, the last byte is known to be our newline.
-        self.end = -1
-        _HANDLES.add(self)
-
-    def retire(self) -> None:
-        with self.lock:
-            self.retired = True
-            fd = self.take_unused_fd()
-        if fd >= 0:
-            os.close(fd)
-
-    def take_unused_fd(self) -> int:
-        """Under ``lock``: the descriptor, to be closed by the caller, once retired and unused."""
-        if not self.retired or self.leading or self.syncing or self.fd < 0:
-            return -1
-        fd, self.fd = self.fd, -1
-        return fd
-
-    def pass_lead(self) -> _Pending | None:
-        """Under ``lock``: the queued line whose thread is to lead next, or None."""
-        if not self.queue:
-            self.leading = False
-            return None
-        successor = self.queue[0]
-        successor.lead = True
-        return successor
-
-    def withdraw(self, pending: _Pending) -> None:
-        """An interrupted thread leaves before leading: its line is taken back, its lead passed."""
-        with self.lock:
-            if pending not in self.queue:
-                return  # a leader has it: it is written or failed anyway
-            self.queue.remove(pending)
-            successor = self.pass_lead() if pending.lead else None
-            fd = self.take_unused_fd()
-        if successor is not None:
-            successor.wake.release()
-        if fd >= 0:
-            os.close(fd)
+    path: str
+    indexes: list[int]  # the items whose lines these are, in order
+    handle: Handle
+    created: bool  # by this call: its directory entry is not durable until the directory sync
+    pending: Pending  # the items' lines, written with one write
+    sync: Sync | None = None  # written, the fsync still to do
 
 
-class _Pending:
-    """One line on its way to the file, and how its thread learns its fate."""
-
-    __slots__ = ("lead", "line", "outcome", "wake")
-
-    def __init__(self, line: bytes) -> None:
-        self.line = line
-        self.lead = False  # its thread is to lead the next batch
-        # True: written and synced. False: not written, the descriptor went stale (the file
-        # was unlinked, the descriptor closed): try again with a fresh one. Else the failure.
-        self.outcome: bool | BaseException = False
-        self.wake = threading.Lock()  # released once lead or outcome is set
-        self.wake.acquire()
+def _fail(indexes: list[int], exc: BaseException, results: list[Any]) -> None:
+    for i in indexes:
+        results[i] = exc
 
 
-@dataclass(frozen=True, slots=True)
-class _Sync:
-    """A leader's batch after its write: what its sync must settle."""
-
-    fd: int
-    batch: list[_Pending]
-    outcome: bool | BaseException
+def _finish_lane(lane: list[_FileBatch]) -> list[bool | BaseException]:
+    """Sync a lane's files one after the other (in one of ``append_many``'s sync threads)."""
+    out: list[bool | BaseException] = []
+    for batch in lane:
+        assert batch.sync is not None
+        out.append(finish(batch.handle, batch.pending, batch.sync))
+    return out
 
 
 class CaptureStore:
@@ -204,7 +142,7 @@ class CaptureStore:
         self._prefix = os.path.join(os.fspath(directory), "")
         self._max_open = max_open
         self._lock = threading.Lock()  # guards _handles
-        self._handles: OrderedDict[str, _Handle] = OrderedDict()  # least recently used first
+        self._handles: OrderedDict[str, Handle] = OrderedDict()  # least recently used first
         self._sync_pool: ThreadPoolExecutor | None = None  # append_many's syncs, made on use
         # A directory sync for new files failed: their entries may not be durable yet.
         self._directory_unsynced = False
@@ -248,9 +186,6 @@ class CaptureStore:
     def _file(self, rollout_id: str) -> str:
         return self._prefix + validate_rollout_id(rollout_id) + self._suffix
 
-    def marker_for(self, rollout_id: str) -> Path:
-        return Path(self._marker(rollout_id))
-
     def _marker(self, rollout_id: str) -> str:
         return self._prefix + validate_rollout_id(rollout_id) + self._marker_suffix
 
@@ -287,7 +222,7 @@ class CaptureStore:
                 raise
         return fd, True
 
-    def _checkout(self, path: str, *, sync_new: bool = True) -> tuple[_Handle, bool]:
+    def _checkout(self, path: str, *, sync_new: bool = True) -> tuple[Handle, bool]:
         """The cached handle of ``path``, opened (and created) if need be; and whether the file
         was created by this call, its directory not yet synced unless ``sync_new``."""
         with self._lock:
@@ -297,7 +232,7 @@ class CaptureStore:
                 return handle, False
         # Opening may create the file and sync the directory: not under the store-wide lock.
         fd, created = self._open_for_append(path, sync_new=sync_new)
-        handle = _Handle(fd)
+        handle = Handle(fd)
         with self._lock:
             stale = [self._handles.pop(path, None)]  # retired, or opened by a racing thread
             self._handles[path] = handle
@@ -308,7 +243,7 @@ class CaptureStore:
                 old.retire()
         return handle, created
 
-    def _drop(self, path: str, handle: _Handle) -> None:
+    def _drop(self, path: str, handle: Handle) -> None:
         with self._lock:
             if self._handles.get(path) is handle:
                 del self._handles[path]
@@ -320,7 +255,7 @@ class CaptureStore:
         line = _encode_line(record)
         while True:
             handle, _ = self._checkout(path)
-            outcome = self._commit(handle, _Pending(line))
+            outcome = commit(handle, Pending(line))
             if outcome is True:
                 if self._directory_unsynced:  # see append_many
                     self._fsync_directory()
@@ -339,11 +274,26 @@ class CaptureStore:
         For a single writer thread serving many calls: the syncs follow all the writes and
         overlap, so they share the device's flushes (and, on a journaling filesystem, a journal
         commit) instead of paying one each. Returns each item's failure, or None once its line
-        is written and synced.
+        is written and synced. One file's failure fails only that file's items.
         """
         results: list[BaseException | None] = [None] * len(items)
-        groups: dict[str, list[int]] = {}
+        files = self._open_all(items, results)
+        stale: list[_FileBatch] = []  # unlinked under us: appended again, one by one
+        self._sync_all(self._write_all(files, results, stale), results, stale)
+        for batch in stale:
+            for i in batch.indexes:
+                try:
+                    self.append(items[i][0], items[i][1])
+                except Exception as exc:
+                    results[i] = exc
+        return results
+
+    def _open_all(
+        self, items: Sequence[tuple[str, RawRecord | Mapping[str, Any]]], results: list[Any]
+    ) -> list[_FileBatch]:
+        """Each file's lines, its handle open and its directory entry durable."""
         lines: list[bytes] = [b""] * len(items)
+        groups: dict[str, list[int]] = {}
         for index, (rollout_id, record) in enumerate(items):
             try:
                 path = self._file(rollout_id)
@@ -352,32 +302,16 @@ class CaptureStore:
                 results[index] = exc
                 continue
             groups.setdefault(path, []).append(index)
-        deferred: list[tuple[str, list[int], _Handle, _Pending, _Sync]] = []
-        retry: list[tuple[str, list[int]]] = []
-
-        def settle(path: str, indexes: list[int], handle: _Handle, outcome: object) -> None:
-            if outcome is True:
-                return
-            # As in append: after a failure the descriptor's state is unknown; False: stale.
-            self._drop(path, handle)
-            if isinstance(outcome, BaseException):
-                for i in indexes:
-                    results[i] = outcome
-            else:
-                retry.append((path, indexes))
-
-        opened: list[tuple[str, list[int], _Handle]] = []
-        created: list[tuple[str, list[int], _Handle]] = []
+        files: list[_FileBatch] = []
         for path, indexes in groups.items():
             try:
                 handle, new = self._checkout(path, sync_new=False)
             except Exception as exc:  # this file only: the other rollouts' records go on
-                for i in indexes:
-                    results[i] = exc
+                _fail(indexes, exc, results)
                 continue
-            opened.append((path, indexes, handle))
-            if new:
-                created.append((path, indexes, handle))
+            pending = Pending(b"".join([lines[i] for i in indexes]))
+            files.append(_FileBatch(path, indexes, handle, new, pending))
+        created = [batch for batch in files if batch.created]
         if created or self._directory_unsynced:
             # Every file this batch created is in the one directory: one sync makes all
             # their entries durable (a collection run creates a file per rollout).
@@ -387,46 +321,57 @@ class CaptureStore:
             except Exception as exc:
                 # The files stay; until a directory sync succeeds, later appends sync it too.
                 self._directory_unsynced = True
-                failed = {path for path, _, _ in created}
-                for path, indexes, handle in created:
-                    self._drop(path, handle)
-                    for i in indexes:
-                        results[i] = exc
-                opened = [entry for entry in opened if entry[0] not in failed]
-        for path, indexes, handle in opened:
-            pending = _Pending(b"".join([lines[i] for i in indexes]))
-            outcome = self._commit(handle, pending, defer=True)
-            if isinstance(outcome, _Sync):
-                deferred.append((path, indexes, handle, pending, outcome))
-            else:
-                settle(path, indexes, handle, outcome)
-        if len(deferred) == 1:
-            path, indexes, handle, pending, sync = deferred[0]
-            settle(path, indexes, handle, self._finish(handle, pending, sync))
-        elif deferred:
-            # One sync after another would bound the batch's rate by the device's flush time;
-            # syncs that overlap share the flush. A few lanes of syncs overlap enough, and a
-            # thread per file cost more in thread switches than it saved (bench/proxy.py).
-            lanes = [deferred[i::_SYNC_LANES] for i in range(min(_SYNC_LANES, len(deferred)))]
-            pool = self._syncs()
-            finished = [pool.submit(self._finish_lane, lane) for lane in lanes]
-            for lane, future in zip(lanes, finished, strict=True):
-                for (path, indexes, handle, _, _), outcome in zip(
-                    lane, future.result(), strict=True
-                ):
-                    settle(path, indexes, handle, outcome)
-        for _path, indexes in retry:  # the file went away under us: one by one, as append does
-            for i in indexes:
-                try:
-                    self.append(items[i][0], items[i][1])
-                except Exception as exc:
-                    results[i] = exc
-        return results
+                for batch in created:
+                    self._drop(batch.path, batch.handle)
+                    _fail(batch.indexes, exc, results)
+                files = [batch for batch in files if not batch.created]
+        return files
 
-    def _finish_lane(
-        self, lane: list[tuple[str, list[int], _Handle, _Pending, _Sync]]
-    ) -> list[bool | BaseException]:
-        return [self._finish(handle, pending, sync) for _, _, handle, pending, sync in lane]
+    def _write_all(
+        self, files: list[_FileBatch], results: list[Any], stale: list[_FileBatch]
+    ) -> list[_FileBatch]:
+        """Write each file's lines, leaving the syncs for later; the files still to sync."""
+        written: list[_FileBatch] = []
+        for batch in files:
+            outcome = commit(batch.handle, batch.pending, defer=True)
+            if isinstance(outcome, Sync):
+                batch.sync = outcome
+                written.append(batch)
+            else:
+                self._settle(batch, outcome, results, stale)
+        return written
+
+    def _sync_all(
+        self, files: list[_FileBatch], results: list[Any], stale: list[_FileBatch]
+    ) -> None:
+        if len(files) == 1:
+            self._settle(files[0], _finish_lane(files)[0], results, stale)
+            return
+        # One sync after another would bound the batch's rate by the device's flush time;
+        # syncs that overlap share the flush. A few lanes of syncs overlap enough, and a
+        # thread per file costs more in thread switches than it saves.
+        lanes = [files[i::_SYNC_LANES] for i in range(min(_SYNC_LANES, len(files)))]
+        pool = self._syncs()
+        finished = [pool.submit(_finish_lane, lane) for lane in lanes]
+        for lane, future in zip(lanes, finished, strict=True):
+            for batch, outcome in zip(lane, future.result(), strict=True):
+                self._settle(batch, outcome, results, stale)
+
+    def _settle(
+        self,
+        batch: _FileBatch,
+        outcome: bool | BaseException,
+        results: list[Any],
+        stale: list[_FileBatch],
+    ) -> None:
+        if outcome is True:
+            return
+        # As in append: after a failure the descriptor's state is unknown; False: stale.
+        self._drop(batch.path, batch.handle)
+        if isinstance(outcome, BaseException):
+            _fail(batch.indexes, outcome, results)
+        else:
+            stale.append(batch)
 
     def _syncs(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -435,101 +380,6 @@ class CaptureStore:
                     max_workers=_SYNC_LANES, thread_name_prefix="rollcap-sync"
                 )
             return self._sync_pool
-
-    def _commit(
-        self, handle: _Handle, pending: _Pending, *, defer: bool = False
-    ) -> bool | BaseException | _Sync:
-        """Have ``pending`` written and synced, by leading a batch or by following; its outcome.
-
-        ``defer``: a leader returns after the write, and ``_finish`` syncs.
-        """
-        try:
-            with handle.lock:
-                handle.queue.append(pending)
-                pending.lead = not handle.leading
-                handle.leading = True
-            if not pending.lead:
-                pending.wake.acquire()
-        except BaseException:  # KeyboardInterrupt while waiting: leave without stranding others
-            handle.withdraw(pending)
-            raise
-        if not pending.lead:
-            return _own(pending.outcome)
-        sync = self._lead(handle)
-        return sync if defer else self._finish(handle, pending, sync)
-
-    def _lead(self, handle: _Handle) -> _Sync:
-        # Failures, KeyboardInterrupt included, are caught until the lead is passed on and every
-        # follower is woken (by ``_finish``): a leader that left early would leave them waiting.
-        with handle.lock:
-            batch, handle.queue = handle.queue, []
-            fd = handle.fd  # -1: closed between our checkout and now; the lines go elsewhere
-        outcome: bool | BaseException = False
-        if fd >= 0:
-            try:
-                outcome = self._write(handle, fd, batch)
-            except BaseException as exc:
-                outcome = exc
-        with handle.lock:
-            if outcome is True:
-                handle.syncing += 1
-            else:
-                handle.retired = True
-            successor = handle.pass_lead()
-            unused = handle.take_unused_fd()
-        if successor is not None:
-            successor.wake.release()
-        if unused >= 0:
-            os.close(unused)
-        return _Sync(fd, batch, outcome)
-
-    def _finish(self, handle: _Handle, own: _Pending, sync: _Sync) -> bool | BaseException:
-        outcome = sync.outcome
-        if outcome is True:
-            # Syncing without the lead lets the next batch be written meanwhile, and the
-            # filesystem folds syncs that overlap into one journal commit.
-            try:
-                os.fsync(sync.fd)
-            except BaseException as exc:
-                outcome = exc
-            with handle.lock:
-                handle.syncing -= 1
-                if outcome is not True:
-                    handle.retired = True
-                unused = handle.take_unused_fd()
-            if unused >= 0:
-                os.close(unused)
-        for pending in sync.batch:
-            pending.outcome = outcome
-            if pending is not own:
-                pending.wake.release()
-        return outcome
-
-    def _write(self, handle: _Handle, fd: int, batch: list[_Pending]) -> bool:
-        """Write the batch's lines under the flock; False if the file was unlinked under us."""
-        data = batch[0].line if len(batch) == 1 else b"".join([p.line for p in batch])
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            st = os.fstat(fd)
-            if st.st_nlink == 0:  # cleared by another process: the lines belong in a new file
-                return False
-            size = st.st_size
-            if size and size != handle.end and os.pread(fd, 1, size - 1) != b"\n":
-                # A crash tore the last line. Without this newline the new record would be
-                # glued onto the torn one and lost with it.
-                data = b"\n" + data
-            handle.end = -1
-            written = os.write(fd, data)
-            if written < len(data):  # rare (a signal, a full disk): write the rest, still locked
-                view = memoryview(data)[written:]
-                while view:
-                    view = view[os.write(fd, view) :]
-            handle.end = size + len(data)
-        finally:
-            # The lock only has to keep lines from interleaving. Syncing after releasing it
-            # lets the filesystem fold other processes' syncs into one journal commit.
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
 
     def _read_lines(self, path: str | Path) -> list[bytes]:
         """The file's lines under a shared lock; a missing file has none."""
@@ -622,30 +472,11 @@ class CaptureStore:
         return sorted(name[: -len(self._suffix)] for name in names if name.endswith(self._suffix))
 
 
-def _own(outcome: bool | BaseException) -> bool | BaseException:
-    """A follower's copy of the leader's failure, so threads never raise one shared object."""
-    if not isinstance(outcome, BaseException):
-        return outcome
-    if isinstance(outcome, OSError):
-        copy = OSError(*outcome.args)  # (errno, strerror) picks the same subclass
-    else:
-        copy = OSError(errno.EIO, f"the write carrying this line failed: {outcome!r}")
-    copy.__cause__ = outcome
-    return copy
-
-
 _STORES: weakref.WeakSet[CaptureStore] = weakref.WeakSet()
-_HANDLES: weakref.WeakSet[_Handle] = weakref.WeakSet()  # cached or still in use
 
 
 def _after_fork_in_child() -> None:
-    # The child shares the parent's open file descriptions, and with them the parent's flock
-    # locks: its appends through them would not be excluded from the parent's. This runs at the
-    # fork itself, before the child can reuse the inherited descriptor numbers.
-    for handle in list(_HANDLES):  # first: forgetting a store's cache can free its handles
-        if handle.fd >= 0:
-            os.close(handle.fd)
-            handle.fd = -1
+    # Runs after the group commit's own handler has closed the inherited descriptors.
     for store in list(_STORES):
         store._forget_after_fork()
 
