@@ -6,8 +6,8 @@ lines and the trajectory projection (``rollout_line``, ``failure_line``, ``with_
 and the aggregate metrics (``MetricsAccumulator``).
 """
 
-from ._aggregate import CollectionSummary, MetricsAccumulator, percentile
-from ._lines import (
+from rollcap.collect._aggregate import CollectionSummary, MetricsAccumulator, percentile
+from rollcap.collect._lines import (
     CAPTURE_KEY,
     TRAJECTORY_KEY,
     TRAJECTORY_SCHEMA_VERSION,
@@ -19,7 +19,7 @@ from ._lines import (
     rollout_line,
     with_trajectory,
 )
-from ._plan import (
+from rollcap.collect._plan import (
     InputError,
     ResumeState,
     Rollout,
@@ -30,7 +30,7 @@ from ._plan import (
     plan_rollouts,
     planned_count,
 )
-from ._runner import ProgressCallback, collect
+from rollcap.collect._runner import ProgressCallback, collect
 
 __all__ = [
     "CAPTURE_KEY",

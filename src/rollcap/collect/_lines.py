@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rollcap.collect._plan import Rollout
 from rollcap.ids import ATTEMPT_INDEX_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from rollcap.records import GAP_TRAJECTORY_PROJECTION_FAILED, Gap
-
-from ._plan import Rollout
 
 __all__ = [
     "CAPTURE_KEY",

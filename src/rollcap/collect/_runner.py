@@ -31,17 +31,15 @@ import orjson
 
 from rollcap._runtime.batch import BatchThread, call_each
 from rollcap.attachment import capture_attachment
-from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
-
-from ._aggregate import CollectionSummary, MetricsAccumulator
-from ._lines import (
+from rollcap.collect._aggregate import CollectionSummary, MetricsAccumulator
+from rollcap.collect._lines import (
     AgentAnswerError,
     check_agent_answer,
     failure_line,
     rollout_line,
     with_trajectory,
 )
-from ._plan import (
+from rollcap.collect._plan import (
     ResumeState,
     Rollout,
     aggregate_metrics_path,
@@ -52,6 +50,7 @@ from ._plan import (
     planned_count,
     rollout_line_ids,
 )
+from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
 
 __all__ = ["ProgressCallback", "collect"]
 
