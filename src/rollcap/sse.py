@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["SSEDecoder", "SSEEvent", "encode_event"]
+__all__ = ["SSEDecoder", "SSEEvent", "encode_event", "is_event_stream"]
 
 _BOM = "\ufeff"
 _BOM_BYTES = _BOM.encode()
@@ -254,3 +254,10 @@ def encode_event(event: SSEEvent) -> bytes:
 def _check_single_line(name: str, value: str) -> None:
     if "\n" in value or "\r" in value:
         raise ValueError(f"SSE {name} field must be a single line: {value!r}")
+
+
+def is_event_stream(content_type: str | None) -> bool:
+    """Whether a ``content-type`` value is ``text/event-stream``, in any case, parameters aside."""
+    if not content_type:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"

@@ -52,6 +52,7 @@ from rollcap.routing import (
     url_path_for_request,
     url_path_for_run,
 )
+from rollcap.sse import is_event_stream
 
 __all__ = [
     "AgentSettings",
@@ -195,8 +196,7 @@ class ResponsesAgent:
             headers["x-session-id"] = session_id
         upstream = await self._open_model(url, self.with_model(params), headers)
         relayed = {k: upstream.headers[k] for k in _RELAYED_HEADERS if k in upstream.headers}
-        content_type = upstream.headers.get("content-type", "")
-        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
+        if is_event_stream(upstream.headers.get("content-type")):
             return StreamingResponse(_relay(upstream), status_code=upstream.status, headers=relayed)
         raw = await self._read_model(upstream, url)
         return Response(raw, status_code=upstream.status, headers=relayed)

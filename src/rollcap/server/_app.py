@@ -31,7 +31,7 @@ from rollcap.server._middleware import (
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation, error_for_client
 from rollcap.server._upstream import LOCAL_MODEL, Backend, backend_for
-from rollcap.sse import SSEDecoder, encode_event
+from rollcap.sse import SSEDecoder, encode_event, is_event_stream
 from rollcap.store import CaptureStore
 
 if TYPE_CHECKING:
@@ -148,8 +148,7 @@ class _Forwarder:
         self, upstream: aiohttp.ClientResponse, recorder: CallRecorder | None
     ) -> Response:
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_DROP}
-        content_type = upstream.headers.get("content-type", "")
-        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
+        if is_event_stream(upstream.headers.get("content-type")):
             return StreamResponse(self._stream(upstream, recorder), upstream.status, out_headers)
         chunks: list[bytes] = []
         try:
@@ -211,8 +210,7 @@ class _Forwarder:
         if isinstance(opened, Response):
             return opened
         upstream = opened
-        content_type = upstream.headers.get("content-type", "")
-        if 200 <= upstream.status < 300 and content_type.startswith("text/event-stream"):
+        if 200 <= upstream.status < 300 and is_event_stream(upstream.headers.get("content-type")):
             return StreamResponse(
                 self._translated_stream(upstream, translation.stream(), recorder),
                 200,

@@ -16,7 +16,7 @@ import orjson
 
 from rollcap.dialects import StreamOutcome, get_dialect
 from rollcap.records import Gap, RawRecord, error_category, model_ref
-from rollcap.sse import SSEDecoder, SSEEvent
+from rollcap.sse import SSEDecoder, SSEEvent, is_event_stream
 
 __all__ = ["CallFailure", "CallRecorder", "Clock"]
 
@@ -122,8 +122,7 @@ class CallRecorder:
             self._synthetic = True
             return
         self.status_code = status
-        content_type = headers.get("content-type", "")
-        self._streaming = content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+        self._streaming = is_event_stream(headers.get("content-type"))
 
     @property
     def streaming(self) -> bool:

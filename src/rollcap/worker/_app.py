@@ -39,6 +39,7 @@ from starlette.routing import Route
 from rollcap._proxy.headers import RESPONSE_DROP
 from rollcap._proxy.relay import BreakOffMiddleware, StreamResponse, UpstreamBroke
 from rollcap.dialects._base import openai_error
+from rollcap.sse import is_event_stream
 from rollcap.staging import (
     CAPTURE_FIELD,
     Admission,
@@ -141,8 +142,7 @@ class _Worker:
         except aiohttp.ClientError as exc:
             return _error(502, "api_connection_error", f"upstream unreachable: {exc}")
         out_headers = _forwarded_headers(upstream, rewritten=False)
-        content_type = upstream.headers.get("content-type", "")
-        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
+        if is_event_stream(upstream.headers.get("content-type")):
             return StreamResponse(_relayed(upstream), upstream.status, out_headers)
         try:
             data = await upstream.read()
