@@ -17,7 +17,7 @@ import pytest
 from yarl import URL
 
 from rollcap.server._middleware import CaptureMiddleware, CaptureState
-from rollcap.store import CaptureStore
+from rollcap.store import CaptureStore, _group_commit
 from rollcap.testing import FakeUpstream
 from tests.server.conftest import (
     CLIENT_KEY,
@@ -455,10 +455,10 @@ async def test_permission_denied_is_logged_and_the_call_still_served(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def denied(self: CaptureStore, handle: object, fd: int, batch: object) -> bool:
+    def denied(handle: object, fd: int, batch: object) -> bool:
         raise PermissionError(13, "Permission denied", "p.capture.jsonl")
 
-    monkeypatch.setattr(CaptureStore, "_write", denied)
+    monkeypatch.setattr(_group_commit, "_write", denied)
     caplog.set_level(logging.ERROR, logger="rollcap")
     async with (
         model_server(settings_for(upstream.url, tmp_path)) as url,
