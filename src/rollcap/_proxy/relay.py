@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator
 from contextvars import ContextVar
-from typing import Any
 
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
     "BreakOffMiddleware",
@@ -31,9 +31,6 @@ __all__ = [
     "quiet_deliberate_breaks",
     "upstream_broke",
 ]
-
-Scope = dict[str, Any]
-ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
 
 class UpstreamBroke(Exception):
@@ -71,7 +68,7 @@ def quiet_deliberate_breaks() -> None:
 
 
 async def break_off_on(
-    app: ASGIApp, scope: Scope, receive: Any, send: Any, log: logging.Logger
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, log: logging.Logger
 ) -> None:
     """Run ``app``; an ``UpstreamBroke`` leaves the response unfinished and logs one warning.
 
@@ -98,7 +95,7 @@ class BreakOffMiddleware:
         self.log = log
         quiet_deliberate_breaks()
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -117,7 +114,7 @@ class StreamResponse(Response):
             (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
         ]
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = {"type": "http.response.start", "status": self.status_code}
         await send({**start, "headers": self.raw_headers})
         gone = asyncio.ensure_future(_disconnected(receive))
@@ -132,6 +129,6 @@ class StreamResponse(Response):
             await self.chunks.aclose()  # releases the upstream response now, not at GC
 
 
-async def _disconnected(receive: Any) -> None:
+async def _disconnected(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass

@@ -45,13 +45,7 @@ from rollcap.gym._http import (
     read_json_object,
 )
 from rollcap.gym._resources import VerifyResultError, check_verify_result
-from rollcap.routing import (
-    ROLLOUT_PREFIX,
-    SCOPE_ROLLOUT_ID_KEY,
-    split_prefix,
-    url_path_for_request,
-    url_path_for_run,
-)
+from rollcap.routing import strip_prefix, url_path_for_request, url_path_for_run
 from rollcap.sse import is_event_stream
 
 __all__ = [
@@ -379,23 +373,15 @@ class _SelfCallPrefix:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        # Read from the path as sent: decoded, "a%2Fb" would pass as the id "a" plus "/b".
-        raw_path = scope.get("raw_path")
-        sent = raw_path.decode("latin-1") if raw_path else scope["path"]
         try:
-            rollout_id, _ = split_prefix(sent)
+            rollout_id, child = strip_prefix(scope)
         except ValueError as exc:
             await _send_json(send, 400, str(exc), "invalid_request_error")
             return
-        if rollout_id is None:
-            await self.app(scope, receive, send)
-            return
-        path = scope["path"][len(ROLLOUT_PREFIX) + len(rollout_id) :] or "/"
-        if path != RESPONSES_PATH:
+        if rollout_id is not None and child["path"] != RESPONSES_PATH:
             message = f"only {RESPONSES_PATH} is served under the rollout prefix"
             await _send_json(send, 404, message, "not_found_error")
             return
-        child = {**scope, "path": path, "raw_path": path.encode(), SCOPE_ROLLOUT_ID_KEY: rollout_id}
         await self.app(child, receive, send)
 
 

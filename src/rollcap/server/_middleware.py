@@ -12,18 +12,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import anyio.to_thread
 import orjson
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollcap._proxy.relay import break_off_on, quiet_deliberate_breaks, upstream_broke
 from rollcap.records import new_model_call_id
-from rollcap.routing import ROLLOUT_PREFIX, SCOPE_ROLLOUT_ID_KEY, split_prefix
+from rollcap.routing import strip_prefix
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock
 from rollcap.server._writer import RecordWriter
 from rollcap.store import CaptureStore
@@ -39,13 +38,6 @@ DIALECT_ROUTES = {
 }
 RECORDER_KEY = "rollcap.recorder"
 CALL_ID_HEADER = b"x-rollcap-model-call-id"
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Any]
-Send = Callable[[Message], Any]
-ASGIApp = Callable[[Scope, Receive, Send], Any]
-
 
 # What a send to a client that went away raises, depending on the server and the response class.
 _CLIENT_GONE = (asyncio.CancelledError, OSError, ClientDisconnect)
@@ -107,27 +99,12 @@ class CaptureMiddleware:
         await break_off_on(self._route, scope, receive, send, log)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The id is read from the path as sent: in the decoded path "a%2Fb" would pass as the
-        # id "a" followed by "/b".
-        raw_path = scope.get("raw_path")
-        sent = raw_path.decode("latin-1") if raw_path else scope["path"]
         try:
-            rollout_id, _ = split_prefix(sent)
+            rollout_id, scope = strip_prefix(scope)
         except ValueError as exc:
             await _bad_request(send, str(exc))
             return
-        path = scope["path"]
-        if rollout_id is not None:
-            # A valid id has no escapes, so the decoded path carries the same prefix.
-            path = path[len(ROLLOUT_PREFIX) + len(rollout_id) :] or "/"
-            # A child scope, as a mounted sub-application gets: the app routes the bare path.
-            scope = {
-                **scope,
-                "path": path,
-                "raw_path": path.encode(),
-                SCOPE_ROLLOUT_ID_KEY: rollout_id,
-            }
-        dialect = DIALECT_ROUTES.get(path) if scope["method"] == "POST" else None
+        dialect = DIALECT_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
         if dialect is None:
             await self.app(scope, receive, send)
             return
