@@ -1,6 +1,7 @@
 """Types and helpers shared by the dialect modules (pure).
 
-Each dialect module (``responses``, ``chat``, ``messages``) exposes the same four names:
+Each dialect module (``responses``, ``chat``, ``messages``) exposes the same six names, which
+the registry (``rollcap.dialects``) gathers into one ``Dialect`` record:
 
 - ``NAME``: the dialect's name as written in a raw record's ``dialect`` field.
 - ``normalize(response) -> Normalized``: read ids, status, usage, tool calls and reasoning from a
@@ -10,6 +11,9 @@ Each dialect module (``responses``, ``chat``, ``messages``) exposes the same fou
 - ``StreamReassembler``: ``feed(event)`` for each decoded SSE event, then ``finish()`` returns a
   ``Reassembly``: the object the non-streaming API would have returned (partial when the stream was
   cut) and how the stream ended. Neither method raises, whatever the input.
+- ``usage(response) -> Usage``: only the token counts of ``normalize``, for aggregation.
+- ``error_body(kind, message) -> dict``: an error answer in the dialect's own shape, as its SDKs
+  parse it; ``kind`` is the error's type (``invalid_request_error``, ``timeout``...).
 """
 
 from __future__ import annotations
@@ -148,6 +152,10 @@ def openai_error(
     kind: str = "invalid_request_error",
     param: str | None = None,
     code: str | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
-    """An OpenAI-shaped error object, the shape every OpenAI SDK parses."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    """An OpenAI-shaped error object, the shape every OpenAI SDK parses (Chat and Responses).
+
+    ``extra`` fields go into the error object after the four the API always sends.
+    """
+    return {"error": {"message": message, "type": kind, "param": param, "code": code, **extra}}

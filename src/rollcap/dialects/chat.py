@@ -33,6 +33,7 @@ from rollcap.dialects._base import (
     StreamOutcome,
     ToolCall,
     Usage,
+    openai_error,
     openai_usage,
     parse_arguments,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "NAME",
     "StreamReassembler",
     "add_tool_fragment",
+    "error_body",
     "is_terminal_event",
     "normalize",
     "tool_call_index",
@@ -134,6 +136,11 @@ def _error_of(event: SSEEvent, chunk: Mapping[str, Any] | None) -> dict[str, Any
             return dict(chunk)
         return {"message": event.data}
     return None
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    """An error answer as the OpenAI API sends one."""
+    return openai_error(message, kind=kind)
 
 
 def is_terminal_event(event: SSEEvent) -> bool:

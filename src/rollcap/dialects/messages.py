@@ -35,7 +35,7 @@ from rollcap.dialects._base import (
 )
 from rollcap.sse import SSEEvent
 
-__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize", "usage"]
+__all__ = ["NAME", "StreamReassembler", "error_body", "is_terminal_event", "normalize", "usage"]
 
 NAME = "messages"
 
@@ -134,6 +134,11 @@ def _event_kind(event: SSEEvent, data: Mapping[str, Any] | None) -> str | None:
 def _load(event: SSEEvent) -> dict[str, Any] | None:
     data = getattr(event, "data", None)
     return load_json_object(data) if isinstance(data, str) else None
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    """An error answer as the Anthropic API sends one; ``kind`` is e.g. ``overloaded_error``."""
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def is_terminal_event(event: SSEEvent) -> bool:

@@ -13,9 +13,10 @@
   routed under the prefix (404).
 - ``GET /health``.
 
-Errors are JSON ``{"error": {"message", "type", ...}}``: a malformed body is 400; a model or
-resources server that cannot be reached or answers an error is 502 (504 when it is too slow),
-with ``server`` (``"model"`` or ``"resources"``) and, when it answered, its ``status``.
+Errors are JSON in the OpenAI shape, ``{"error": {"message", "type", "param", "code", ...}}``: a
+malformed body is 400; a model or resources server that cannot be reached or answers an error is
+502 (504 when it is too slow), with ``server`` (``"model"`` or ``"resources"``) and, when it
+answered, its ``status``.
 
 Every outgoing call of one app goes through one ``aiohttp.ClientSession``, opened in the app's
 lifespan and closed at shutdown.
@@ -38,6 +39,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from rollcap._json import json_type_name
+from rollcap._proxy.asgi import send_json
+from rollcap.dialects import openai_error
 from rollcap.gym._http import (
     InvalidRequest,
     error_response,
@@ -345,21 +348,6 @@ class SimpleResponsesAgent(ResponsesAgent):
         return result
 
 
-async def _send_json(send: Any, status: int, message: str, kind: str) -> None:
-    body = orjson.dumps({"error": {"message": message, "type": kind}})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 class _SelfCallPrefix:
     """Strip ``/ng-rollout/<id>`` from a self-call into a child scope that keeps the id.
 
@@ -376,11 +364,11 @@ class _SelfCallPrefix:
         try:
             rollout_id, child = strip_prefix(scope)
         except ValueError as exc:
-            await _send_json(send, 400, str(exc), "invalid_request_error")
+            await send_json(send, 400, orjson.dumps(openai_error(str(exc))))
             return
         if rollout_id is not None and child["path"] != RESPONSES_PATH:
             message = f"only {RESPONSES_PATH} is served under the rollout prefix"
-            await _send_json(send, 404, message, "not_found_error")
+            await send_json(send, 404, orjson.dumps(openai_error(message, kind="not_found_error")))
             return
         await self.app(child, receive, send)
 

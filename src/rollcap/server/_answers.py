@@ -9,16 +9,17 @@ import aiohttp
 import orjson
 from starlette.responses import Response
 
-from rollcap.dialects._base import openai_error
+from rollcap.dialects import get_dialect, openai_error
 from rollcap.server._recorder import CallFailure, CallRecorder
 
 __all__ = ["error_body", "error_response", "json_response", "read_whole"]
 
 
 def error_body(dialect: str | None, kind: str, message: str) -> bytes:
-    if dialect == "messages":
-        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-    return orjson.dumps(openai_error(message, kind=kind))
+    """The error as the client's dialect shapes it; OpenAI's shape off the dialect routes."""
+    if dialect is None:
+        return orjson.dumps(openai_error(message, kind=kind))
+    return orjson.dumps(get_dialect(dialect).error_body(kind, message))
 
 
 def json_response(body: bytes, status: int) -> Response:

@@ -20,7 +20,9 @@ import orjson
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rollcap._proxy.asgi import send_json
 from rollcap._proxy.relay import break_off_on, quiet_deliberate_breaks, upstream_broke
+from rollcap.dialects import openai_error
 from rollcap.records import new_model_call_id
 from rollcap.routing import strip_prefix
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock
@@ -62,21 +64,6 @@ def _now() -> Clock:
     return Clock(time.time(), time.monotonic())
 
 
-async def _bad_request(send: Send, message: str) -> None:
-    body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error"}})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 400,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 async def _send_all(send: Send, held: list[Message]) -> None:
     messages = held[:]
     held.clear()
@@ -102,7 +89,7 @@ class CaptureMiddleware:
         try:
             rollout_id, scope = strip_prefix(scope)
         except ValueError as exc:
-            await _bad_request(send, str(exc))
+            await send_json(send, 400, orjson.dumps(openai_error(str(exc))))
             return
         dialect = DIALECT_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
         if dialect is None:

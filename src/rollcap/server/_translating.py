@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from rollcap.dialects import messages
 from rollcap.sse import SSEEvent
 from rollcap.translate import (
     ANTHROPIC_ERROR_TYPES,
@@ -82,4 +83,4 @@ def error_for_client(dialect: str, status: int, body: bytes) -> bytes:
     kind = ANTHROPIC_ERROR_TYPES.get(
         status, "api_error" if status >= 500 else "invalid_request_error"
     )
-    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    return orjson.dumps(messages.error_body(kind, message))

@@ -38,7 +38,7 @@ from starlette.routing import Route
 
 from rollcap._proxy.headers import RESPONSE_DROP
 from rollcap._proxy.relay import BreakOffMiddleware, StreamResponse, UpstreamBroke
-from rollcap.dialects._base import openai_error
+from rollcap.dialects import openai_error
 from rollcap.sse import is_event_stream
 from rollcap.staging import (
     CAPTURE_FIELD,

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from rollcap._json import json_type_name
-from rollcap.dialects._base import openai_error
+from rollcap.dialects import openai_error
 from rollcap.staging import (
     CAPTURE_FIELD,
     COORDS_FIELD,
