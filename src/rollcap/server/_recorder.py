@@ -99,7 +99,7 @@ class CallRecorder:
         self._terminal_seen = False
         self._end: Clock | None = None
         self._finished = False
-        self._gaps: list[dict[str, Any]] = []
+        self._gaps: list[Gap] = []
 
     def request(self, body: bytes) -> None:
         self._request_body = body
@@ -115,7 +115,7 @@ class CallRecorder:
 
     def gap(self, code: str, detail: str | None = None) -> None:
         """Say what the record lacks or why the call failed, beyond the error category."""
-        self._gaps.append(Gap(code, detail).to_dict())
+        self._gaps.append(Gap(code, detail))
 
     def response_start(self, status: int, headers: Mapping[str, str]) -> None:
         if self._failure is not None:
@@ -227,5 +227,5 @@ class CallRecorder:
             request_raw=request_raw,
             response_raw=response_raw,
             client_session_id=self._session_id,
-            gaps=list(self._gaps) or None,
+            gaps=[gap.to_dict() for gap in self._gaps] or None,
         )
