@@ -622,6 +622,26 @@ async def test_a_passed_through_stream_that_upstream_breaks_breaks_the_same_way(
     assert (await worker.post(chat_body())).status == 200
 
 
+async def test_a_passed_through_body_that_upstream_cuts_short_is_cut_the_same_way(
+    worker: Worker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with worker.session.post(
+        worker.url + CHAT,
+        data=orjson.dumps(chat_body()),
+        headers={"x-fake-scenario": "truncate"},
+    ) as response:
+        # Upstream's status and the bytes it sent, then the connection breaks as upstream's did:
+        # the client sees what it would have seen without the worker, as the model server does.
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()
+    messages = [(r.name, r.getMessage()) for r in caplog.records]
+    assert not [m for m in messages if "Exception in ASGI application" in m[1]]
+    assert [m[0] for m in messages if "upstream broke off its answer" in m[1]] == ["rollcap.worker"]
+    assert (await worker.post(chat_body())).status == 200
+
+
 async def test_a_restarted_worker_continues_the_chain_from_its_staging_directory(
     upstream: FakeUpstream, staging_dir: Path, session: aiohttp.ClientSession
 ) -> None:

@@ -1,13 +1,21 @@
-"""What the servers that forward HTTP (the model server, the capture worker) share.
+"""Which headers cross a proxy, each way, for the servers that forward (model server, worker).
 
-Which headers never cross a proxy, and the one kind of client session they forward with.
+``outgoing`` is the client's request headers as they go upstream; ``for_client`` is upstream's
+response headers as they go back; ``upstream_url`` joins a call's path to an upstream's base URL.
 """
 
 from __future__ import annotations
 
-import aiohttp
+from collections.abc import Iterable, Mapping
 
-__all__ = ["CREDENTIAL_HEADERS", "HOP_BY_HOP", "RESPONSE_DROP", "forwarding_session"]
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "HOP_BY_HOP",
+    "RESPONSE_DROP",
+    "for_client",
+    "outgoing",
+    "upstream_url",
+]
 
 # Never forwarded from client to upstream: hop-by-hop headers and ones aiohttp sets itself.
 HOP_BY_HOP = frozenset(
@@ -32,19 +40,44 @@ CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "cookie
 RESPONSE_DROP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "trailer"}
 )
+_REWRITTEN_DROP = RESPONSE_DROP | {"content-type", "content-encoding"}
 
 
-def forwarding_session(*, connect_timeout_s: float, read_timeout_s: float) -> aiohttp.ClientSession:
-    """One session for all of a server's upstream calls: unbounded pool, bytes as they came.
+def outgoing(
+    client_headers: Iterable[tuple[str, str]],
+    *,
+    auth: tuple[str, str] | None = None,
+    pass_client_credentials: bool = False,
+    content_type: str | None = None,
+) -> list[tuple[str, str]]:
+    """The client's headers as they go upstream.
 
-    ``read_timeout_s`` is the longest silence between two upstream bytes, not a total: a long
-    generation that keeps streaming is never cut.
+    Hop-by-hop headers are dropped, and the client's credentials unless they are passed on;
+    ``auth`` is the upstream's own credential header. ``content_type``: the forwarder wrote the
+    body itself, so its type replaces the client's. Upstream is asked for identity encoding:
+    what comes back is parsed, and the client must get the same bytes.
     """
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-        timeout=aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
-        ),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
-    )
+    drop = HOP_BY_HOP if pass_client_credentials else HOP_BY_HOP | CREDENTIAL_HEADERS
+    out = [(name, value) for name, value in client_headers if name.lower() not in drop]
+    if content_type is not None:
+        out = [(name, value) for name, value in out if name.lower() != "content-type"]
+        out.append(("content-type", content_type))
+    out.append(("accept-encoding", "identity"))
+    if auth is not None:
+        out.append(auth)
+    return out
+
+
+def for_client(upstream_headers: Mapping[str, str], *, rewritten: bool = False) -> dict[str, str]:
+    """Upstream's response headers as they go to the client; ``rewritten``: the forwarder
+    changed the body, so its own content type (and encoding) stand."""
+    drop = _REWRITTEN_DROP if rewritten else RESPONSE_DROP
+    return {k: v for k, v in upstream_headers.items() if k.lower() not in drop}
+
+
+def upstream_url(base_url: str, path: str, query: str = "") -> str:
+    """Join ``path`` (``/v1/...``) to an upstream's base URL, with or without a trailing ``/v1``."""
+    base = base_url.rstrip("/")
+    if base.endswith("/v1") and path.startswith("/v1/"):
+        path = path[3:]
+    return base + path + (f"?{query}" if query else "")

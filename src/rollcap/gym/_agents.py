@@ -35,11 +35,13 @@ import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from rollcap._json import json_type_name
 from rollcap._proxy.asgi import send_json
+from rollcap._proxy.forward import UpstreamFailure, read_whole, relay, upstream_failures
+from rollcap._proxy.relay import BreakOffMiddleware, StreamResponse
 from rollcap.dialects import openai_error
 from rollcap.gym._http import (
     InvalidRequest,
@@ -194,7 +196,7 @@ class ResponsesAgent:
         upstream = await self._open_model(url, self.with_model(params), headers)
         relayed = {k: upstream.headers[k] for k in _RELAYED_HEADERS if k in upstream.headers}
         if is_event_stream(upstream.headers.get("content-type")):
-            return StreamingResponse(_relay(upstream), status_code=upstream.status, headers=relayed)
+            return StreamResponse(relay(upstream, None), upstream.status, relayed)
         raw = await self._read_model(upstream, url)
         return Response(raw, status_code=upstream.status, headers=relayed)
 
@@ -206,33 +208,29 @@ class ResponsesAgent:
             return {**params, "model": self.settings.model_name}
         return params
 
-    def _model_timeout(self, url: str) -> DownstreamError:
-        return DownstreamError(
-            f"model server at {url} sent nothing for {self.settings.model_read_timeout_s:g} s",
-            server="model",
-            status=504,
-        )
+    def _model_failure(self, url: str, failure: UpstreamFailure) -> DownstreamError:
+        if failure.timed_out:
+            seconds = self.settings.model_read_timeout_s
+            message = f"model server at {url} sent nothing for {seconds:g} s"
+        else:
+            message = f"model server {failure.what} at {url}: {failure.detail}"
+        return DownstreamError(message, server="model", status=failure.status)
 
     async def _open_model(
         self, url: str, params: dict[str, Any], headers: dict[str, str]
     ) -> aiohttp.ClientResponse:
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=self.settings.connect_timeout_s,
+            sock_read=self.settings.model_read_timeout_s,
+        )
         try:
-            return await self.session.post(
-                url,
-                data=orjson.dumps(params),
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    sock_connect=self.settings.connect_timeout_s,
-                    sock_read=self.settings.model_read_timeout_s,
-                ),
-            )
-        except TimeoutError:
-            raise self._model_timeout(url) from None
-        except aiohttp.ClientError as exc:
-            raise DownstreamError(
-                f"model server unreachable at {url}: {exc}", server="model"
-            ) from None
+            with upstream_failures():
+                return await self.session.post(
+                    url, data=orjson.dumps(params), headers=headers, timeout=timeout
+                )
+        except UpstreamFailure as failure:
+            raise self._model_failure(url, failure) from None
 
     async def call_model(self, url_path: str, params: dict[str, Any]) -> dict[str, Any]:
         """POST a Responses request to the model server at ``url_path``; the answer object."""
@@ -245,40 +243,30 @@ class ResponsesAgent:
     async def _read_model(self, upstream: aiohttp.ClientResponse, url: str) -> bytes:
         """The model server's whole answer; its failures as the agent reports them."""
         try:
-            return await upstream.read()
-        except TimeoutError:
-            raise self._model_timeout(url) from None
-        except aiohttp.ClientError as exc:
-            raise DownstreamError(
-                f"model server broke off its answer from {url}: {exc}", server="model"
-            ) from None
-        finally:
-            upstream.release()
+            return await read_whole(upstream)
+        except UpstreamFailure as failure:
+            raise self._model_failure(url, failure) from None
 
     async def verify(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST ``payload`` to the resources server's ``/verify``; its result, reward a float."""
         url = self.settings.resources_base_url + "/verify"
+        timeout = aiohttp.ClientTimeout(
+            total=self.settings.verify_timeout_s, sock_connect=self.settings.connect_timeout_s
+        )
+        headers = {"content-type": "application/json"}
         try:
-            async with self.session.post(
-                url,
-                data=orjson.dumps(payload),
-                headers={"content-type": "application/json"},
-                timeout=aiohttp.ClientTimeout(
-                    total=self.settings.verify_timeout_s,
-                    sock_connect=self.settings.connect_timeout_s,
-                ),
-            ) as answer:
-                status, raw = answer.status, await answer.read()
-        except TimeoutError:
-            raise DownstreamError(
-                f"resources server at {url} did not answer in {self.settings.verify_timeout_s:g} s",
-                server="resources",
-                status=504,
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise DownstreamError(
-                f"resources server unreachable at {url}: {exc}", server="resources"
-            ) from None
+            with upstream_failures():
+                answer = await self.session.post(
+                    url, data=orjson.dumps(payload), headers=headers, timeout=timeout
+                )
+            status, raw = answer.status, await read_whole(answer)
+        except UpstreamFailure as failure:
+            if failure.timed_out:
+                seconds = self.settings.verify_timeout_s
+                message = f"resources server at {url} did not answer in {seconds:g} s"
+            else:
+                message = f"resources server {failure.what} at {url}: {failure.detail}"
+            raise DownstreamError(message, server="resources", status=failure.status) from None
         result = _json_answer("resources", url, status, raw)
         try:
             return check_verify_result(result)
@@ -306,14 +294,6 @@ def _json_answer(server: str, url: str, status: int, raw: bytes) -> dict[str, An
             server_status=status,
         )
     return answer
-
-
-async def _relay(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in upstream.content.iter_any():
-            yield chunk
-    finally:
-        upstream.release()
 
 
 class SimpleResponsesAgent(ResponsesAgent):
@@ -422,7 +402,8 @@ def create_agent_app(agent: ResponsesAgent) -> Starlette:
             Route("/health", health, methods=["GET"]),
         ],
         lifespan=lifespan,
-        middleware=[Middleware(_SelfCallPrefix)],
+        # A model stream that breaks off mid-way breaks the self-call's client stream the same way.
+        middleware=[Middleware(BreakOffMiddleware, log=log), Middleware(_SelfCallPrefix)],
     )
     app.state.agent = agent
     return app

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from rollcap.dialects import StreamOutcome, get_dialect
-from rollcap.records import Gap, RawRecord, error_category, model_ref
+from rollcap.records import ErrorCategory, Gap, RawRecord, error_category, model_ref
 from rollcap.sse import SSEDecoder, SSEEvent, is_event_stream
 
 __all__ = ["CallFailure", "CallRecorder", "Clock"]
@@ -28,6 +28,12 @@ class CallFailure(enum.Enum):
     TIMEOUT = "timeout"  # upstream too slow
     CANCELLED = "cancelled"  # the client went away mid-call
     EXCEPTION = "exception"  # a bug or unexpected error inside the server
+
+
+_UPSTREAM_FAILURES = {
+    ErrorCategory.CONNECTION: CallFailure.CONNECTION,
+    ErrorCategory.TIMEOUT: CallFailure.TIMEOUT,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,12 @@ class CallRecorder:
         """
         if self._failure is None and not self._finished:
             self._failure = failure
+
+    def upstream_failed(self, category: ErrorCategory) -> None:
+        """Upstream was unreachable (``CONNECTION``) or too slow (``TIMEOUT``): as ``fail``."""
+        failure = _UPSTREAM_FAILURES.get(category)
+        if failure is not None:
+            self.fail(failure)
 
     def gap(self, code: str, detail: str | None = None) -> None:
         """Say what the record lacks or why the call failed, beyond the error category."""
