@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from rollcap._proxy.forward import (
 )
 from rollcap._proxy.relay import StreamResponse
 from rollcap.server._answers import error_body, failure_answer, json_response, read_whole
+from rollcap.server._fresh import new_model_call_id
 from rollcap.server._middleware import (
     DIALECT_ROUTES,
     RECORDER_KEY,
@@ -146,7 +148,9 @@ class _Forwarder:
             client_request = orjson.loads(await request.body())
             if not isinstance(client_request, dict):
                 raise ValueError("the request body must be a JSON object")
-            translation = Translation(dialect, client_request)
+            translation = Translation(
+                dialect, client_request, answer_id=new_model_call_id(), created=time.time()
+            )
         except (orjson.JSONDecodeError, ValueError) as exc:
             return json_response(
                 error_body(dialect, "invalid_request_error", f"invalid request: {exc}"), 400

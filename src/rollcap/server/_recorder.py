@@ -156,8 +156,8 @@ class CallRecorder:
         self._body.append(chunk)
         if not self._streaming:
             return False
-        # Only the cheap part happens here, on the event loop: cutting events and spotting the
-        # terminal one. Parsing them into the answer waits for ``record``, off the loop.
+        # Only the cheap part happens here, per chunk: cutting events and spotting the terminal
+        # one. Parsing them into the answer waits for ``record``, once, when the call is over.
         events = self._decoder.feed(chunk)
         self._events += events
         if self._terminal_seen:
@@ -186,7 +186,10 @@ class CallRecorder:
             self._failure = failure
 
     def record(self) -> RawRecord:
-        """Build the finished call's record: the costly part, safe to run in another thread."""
+        """Build the finished call's record: the costly part (reassembly, parsing), done once.
+
+        The middleware builds it on the event loop, right before handing it to the writer.
+        """
         if self._end is None:
             raise RuntimeError(f"model call {self.model_call_id} is not finished")
         end = self._end

@@ -37,9 +37,10 @@ from starlette.responses import Response
 
 from rollcap.conversation import ConversationIndex, answer_fingerprint, fingerprints
 from rollcap.dialects.chat import wants_stream_usage
-from rollcap.records import GAP_TOKEN_CAPTURE_FAILED, new_model_call_id
+from rollcap.records import GAP_TOKEN_CAPTURE_FAILED
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import error_response, json_response, read_whole
+from rollcap.server._fresh import new_model_call_id
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import Translation, error_for_client
 from rollcap.server._writer import RecordWriter
@@ -148,7 +149,9 @@ class StagedCalls:
             if dialect == "chat":
                 chat = outgoing
             else:
-                translation = Translation(dialect, outgoing)
+                translation = Translation(
+                    dialect, outgoing, answer_id=new_model_call_id(), created=time.time()
+                )
                 chat = dict(translation.chat_request)
                 if dialect == "responses":
                     identities = namespaced_tool_names(outgoing)

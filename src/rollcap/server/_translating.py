@@ -1,13 +1,11 @@
 """What the server needs to answer Responses and Messages calls from a chat-only upstream.
 
-Pure glue over ``rollcap.translate``: pick the request translator, a stream translator with
-fresh ids, and turn an upstream's chat answer or error into the client's dialect.
+Pure glue over ``rollcap.translate``: pick the request translator, a stream translator with the
+ids it is handed, and turn an upstream's chat answer or error into the client's dialect.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -42,13 +40,16 @@ class StreamTranslator(Protocol):
 class Translation:
     """One call's translation: the request to send, and how to turn the answer back."""
 
-    def __init__(self, dialect: str, request: Mapping[str, Any]) -> None:
+    def __init__(
+        self, dialect: str, request: Mapping[str, Any], *, answer_id: str, created: float
+    ) -> None:
+        """``answer_id`` (hex) and ``created`` (a wall time) make the ids and the timestamp the
+        client sees; the upstream's own ids stay in the upstream's answer."""
         self.dialect = dialect
         self.request = request
         self.chat_request = TO_CHAT[dialect](request)
-        # Ids the client sees; the upstream's own ids stay in the upstream's answer.
-        self._id = uuid.uuid4().hex
-        self._created = time.time()
+        self._id = answer_id
+        self._created = created
 
     def answer(self, chat: Mapping[str, Any]) -> dict[str, Any]:
         if self.dialect == "responses":
