@@ -210,7 +210,7 @@ def _serve_model(args: argparse.Namespace) -> int:
 # dozens of calls are in flight at once: with the default first threshold (700) a young
 # collection runs every few calls and walks every in-flight call's objects, promoting them
 # to older generations that are walked again. At 20,000 most of a call's objects are freed
-# before any collection sees them. bench/proxy.py: 8-10% less server CPU per stream.
+# before any collection sees them.
 _GC_THRESHOLDS = (20_000, 20, 20)
 
 
@@ -219,7 +219,6 @@ def _freeze_startup() -> None:
 
     Modules, apps and settings live as long as the process; without this each full collection
     walks them all again. The garbage there is now is collected first, so none of it is kept.
-    bench/proxy.py: about 20% less CPU per captured call.
     """
     gc.collect()
     gc.freeze()
@@ -263,7 +262,7 @@ def _serve_worker(args: argparse.Namespace) -> int:
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop where it is installed: it moves bytes between sockets several times faster."""
+    """uvloop where it is installed: the servers mostly move bytes between sockets, on less CPU."""
     try:
         import uvloop
     except ImportError:

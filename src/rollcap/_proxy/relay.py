@@ -3,9 +3,9 @@ capture worker): chunk by chunk, stopping when the client leaves, and breaking t
 connection the way upstream broke its own.
 
 Starlette's StreamingResponse watches for the disconnect with a task group per response; one
-plain task, looked at between chunks, does the same job for less (bench/proxy.py: time to first
-chunk). A client that left is noticed at the next chunk or, if upstream goes quiet, when the
-upstream read times out.
+plain task, looked at between chunks, does the same job with less work before the first chunk.
+A client that left is noticed at the next chunk or, if upstream goes quiet, when the upstream
+read times out.
 
 When upstream breaks its answer off, the app raises ``UpstreamBroke``; ``break_off_on`` turns
 that into returning with the response unfinished, which makes the HTTP server drop the client's

@@ -1,9 +1,9 @@
 """One thread that does blocking work for an event loop, a batch at a time.
 
 ``asyncio.to_thread`` costs a thread-pool hand-off, a GIL hand-off and a loop wake-up per
-call; on a loaded machine that is more than a small file operation itself
-(``bench/collect.py``, ``bench/proxy.py``). Here the work submitted while a batch runs queues
-up; the thread takes the whole queue at once, and wakes each waiting loop once per batch.
+call; on a loaded machine that can be more than a small file operation itself. Here the work
+submitted while a batch runs queues up; the thread takes the whole queue at once, and wakes
+each waiting loop once per batch.
 """
 
 from __future__ import annotations

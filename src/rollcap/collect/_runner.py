@@ -169,7 +169,7 @@ class _Run:
         self.done = 0
         self.failed = 0
         # The capture's file work of every rollout (clear before, read after) goes through one
-        # thread in batches: a thread-pool hand-off per rollout cost more than the work itself.
+        # thread in batches: a thread-pool hand-off per rollout can cost more than the work.
         self.io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(
             call_each, "rollcap-collect-io"
         )

@@ -239,8 +239,8 @@ class _ChoiceParts:
             and choice.get("logprobs") is None
         ):
             # Nearly every chunk of a text answer: same effect as the general path below, for
-            # a fraction of its lookups (bench/proxy.py: record building is most of capture's
-            # cost on a stream).
+            # a fraction of its lookups. Record building runs on the event loop, once per
+            # chunk of every captured stream: keep it cheap.
             role = delta.get("role")
             if role and isinstance(role, str) and self.role is None:
                 self.role = role
