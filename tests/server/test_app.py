@@ -414,10 +414,6 @@ async def test_no_secret_reaches_capture_files_or_logs(
         assert secret not in caplog.text
 
 
-def _unused(_: Any) -> None:
-    return None
-
-
 async def test_exception_in_the_server_is_recorded_and_answered_500(
     upstream: FakeUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
