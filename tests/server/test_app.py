@@ -17,7 +17,7 @@ import pytest
 from yarl import URL
 
 from rollcap.server._middleware import CaptureMiddleware, CaptureState
-from rollcap.store import CaptureStore, _group_commit
+from rollcap.store import CAPTURE_SUFFIX, CaptureStore, _group_commit
 from rollcap.testing import FakeUpstream
 from tests.server.conftest import (
     CLIENT_KEY,
@@ -260,8 +260,30 @@ async def test_upstream_too_slow_is_timeout(upstream: FakeUpstream, tmp_path: Pa
             assert record["error_category"] == "timeout"
 
 
-async def test_terminal_event_leaves_only_after_the_record_is_durable(stack: Stack) -> None:
+def _log_syncs(monkeypatch: pytest.MonkeyPatch, log: list[tuple[str, str]], delay: float) -> None:
+    """``("synced", rollout)`` goes into ``log`` once a capture file's fsync has returned.
+
+    Each sync takes ``delay`` longer, so that an answer sent before its record's sync would
+    reach the client first: the order in ``log`` proves the sync, where reading the file back
+    proves only the write (a read succeeds from the page cache before the sync).
+    """
+
+    def fsync(fd: int) -> None:
+        time.sleep(delay)
+        _REAL_FSYNC(fd)
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.endswith(CAPTURE_SUFFIX):
+            log.append(("synced", name.removesuffix(CAPTURE_SUFFIX)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+async def test_terminal_event_leaves_only_after_the_record_is_synced(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     terminals = {"responses": b"response.completed", "chat": b"[DONE]", "messages": b"message_stop"}
+    log: list[tuple[str, str]] = []
+    _log_syncs(monkeypatch, log, delay=0.1)
     for dialect in DIALECTS:
         rollout = f"held-{dialect}"
         async with stack.session.post(
@@ -272,13 +294,14 @@ async def test_terminal_event_leaves_only_after_the_record_is_durable(stack: Sta
             seen = b""
             async for chunk in response.content.iter_any():
                 seen += chunk
-                if terminals[dialect] in seen:
-                    # The client has the terminal event: the record must already be on disk.
+                if terminals[dialect] in seen and seen.endswith(b"\n\n"):
+                    log.append(("seen", rollout))  # the client has the whole terminal event
                     (record,) = stack.store.read(rollout)
                     assert record["model_call_id"] == response.headers["x-rollcap-model-call-id"]
                     break
             else:
                 pytest.fail(f"no terminal event for {dialect}")
+        assert log.index(("synced", rollout)) < log.index(("seen", rollout)), log
 
 
 async def test_client_gone_mid_stream_is_recorded_as_cancelled(stack: Stack) -> None:
@@ -566,12 +589,13 @@ async def test_upstream_silent_mid_stream_breaks_the_client_stream_and_is_timeou
     assert record["status_code"] == 200
 
 
-async def test_a_non_streamed_answer_leaves_whole_only_once_its_record_is_durable(
+async def test_a_non_streamed_answer_leaves_whole_only_once_its_record_is_synced(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Status, headers and body go out together after the record is synced: a client that has
     # the status can rely on the record, and it reads the answer in one piece, not two.
-    monkeypatch.setattr(os, "fsync", _slow_fsync(0.2))
+    log: list[tuple[str, str]] = []
+    _log_syncs(monkeypatch, log, delay=0.2)
     for dialect in DIALECTS:
         rollout = f"whole-{dialect}"
         async with stack.session.post(
@@ -579,9 +603,11 @@ async def test_a_non_streamed_answer_leaves_whole_only_once_its_record_is_durabl
             json=request_body(dialect, stream=False),
             headers=client_headers(dialect),
         ) as response:
+            log.append(("seen", rollout))  # the status line is here
             (record,) = stack.store.read(rollout)
             assert record["model_call_id"] == response.headers["x-rollcap-model-call-id"]
             assert orjson.loads(await response.read()) == record["response"]
+        assert log.index(("synced", rollout)) < log.index(("seen", rollout)), log
 
 
 async def _raw_exchange(url: str, dialect: str, scenario: str, *, direct: bool) -> bytes:
