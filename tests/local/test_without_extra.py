@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from rollcap import _serving, cli
+from rollcap import cli
+from rollcap._runtime import serving as _serving
 from rollcap.local import INSTALL_HINT, LocalModelUnavailable
 from rollcap.local import _model as local_model
 from rollcap.server import ModelServerSettings, create_model_app
