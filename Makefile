@@ -19,7 +19,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict src/rollcap
+	$(BIN)/mypy --strict src/rollcap tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -W error

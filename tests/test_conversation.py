@@ -8,7 +8,7 @@ from rollcap.conversation import ConversationIndex, answer_fingerprint, fingerpr
 
 SYSTEM = {"role": "system", "content": "be brief"}
 USER = {"role": "user", "content": "weather in Paris?"}
-CALL = {
+CALL: dict[str, Any] = {
     "role": "assistant",
     "content": None,
     "tool_calls": [

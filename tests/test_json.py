@@ -25,7 +25,8 @@ def test_as_count_takes_an_int_subclass_that_is_not_a_bool() -> None:
 def test_as_dict_never_lets_a_lookup_raise() -> None:
     obj = {"a": 1}
     assert as_dict(obj) is obj
-    for value in (None, [], "x", 3):
+    values: tuple[object, ...] = (None, [], "x", 3)
+    for value in values:
         assert as_dict(value) == {}
 
 

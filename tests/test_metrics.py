@@ -58,7 +58,7 @@ usages = st.dictionaries(
     ),
     counts,
 )  # fmt: skip
-raws = st.builds(
+raws: st.SearchStrategy[dict[str, Any]] = st.builds(
     dict,
     dialect=st.sampled_from([*DIALECT_NAMES, "other"]),
     latency_ms=st.none() | st.floats(0, 1e6),

@@ -88,7 +88,7 @@ def test_any_bytes_any_split_never_raises_and_split_is_invisible(
 
 
 _line_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\r\n"),
     max_size=30,
 )
 
@@ -111,7 +111,7 @@ def test_encoded_events_decode_back(events: list[SSEEvent]) -> None:
 
 
 _LINE_TEXT = st.text(
-    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12
+    alphabet=st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]), max_size=12
 )
 _RAW_BLOCK = st.one_of(
     _LINE_TEXT.map(lambda t: f"data: {t}\n\n"),

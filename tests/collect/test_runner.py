@@ -132,7 +132,7 @@ async def test_limit_repeats_and_sorted_output(
 
 
 async def test_failures_file(agent: StubAgent, tmp_path: Path, capture_dir: Path) -> None:
-    tasks = [
+    tasks: list[dict[str, Any] | str] = [
         {"ok": True},
         {"fail": "http500"},
         {"fail": "json400"},

@@ -10,10 +10,12 @@ import httpx2
 import openai
 import orjson
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from rollcap.local import MODEL_ID, LocalEngine, parse_chat_request
 
-QUESTION = [{"role": "user", "content": "Name three colours."}]  # a long answer, cut short
+# A long answer, cut short.
+QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
 ENDS = [{"role": "user", "content": "Say hello."}]  # a short answer the model ends itself
 SHORT = 24  # tokens: enough text to compare, little time on a CPU
 

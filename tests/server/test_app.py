@@ -14,15 +14,16 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
 from rollcap.server._middleware import CaptureMiddleware, CaptureState
 from rollcap.store import CAPTURE_SUFFIX, CaptureStore, _group_commit
 from rollcap.testing import FakeUpstream
+from tests.conftest import SECRETS
 from tests.server.conftest import (
     CLIENT_KEY,
     ROUTES,
-    SECRETS,
     UPSTREAM_KEY,
     Stack,
     client_headers,
@@ -670,7 +671,7 @@ async def _cancelled_mid_write(
     monkeypatch.setattr(os, "fsync", fsync)
     state = CaptureState("policy_model", CaptureStore(tmp_path))
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await receive()
         headers = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -678,12 +679,12 @@ async def _cancelled_mid_write(
 
     path = "/ng-rollout/late-1/v1/chat/completions"
     scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode()}
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         return {"type": "http.request", "body": b'{"model": "m"}', "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     middleware = CaptureMiddleware(app, state)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
@@ -34,8 +36,9 @@ def test_the_client_sees_the_ids_and_time_it_was_handed() -> None:
     chunk = {**CHAT, "object": "chat.completion.chunk", "choices": []}
     events = translation.stream().feed(SSEEvent(data=orjson.dumps(chunk).decode()))
     assert orjson.loads(events[0].data)["response"]["id"] == "resp_ab12"
-    request = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
-    messages = Translation("messages", request, answer_id="cd", created=0.0)
+    anthropic: dict[str, Any] = {"model": "m", "max_tokens": 5, "messages": [{"role": "user"}]}
+    anthropic["messages"][0]["content"] = "hi"
+    messages = Translation("messages", anthropic, answer_id="cd", created=0.0)
     assert messages.answer(CHAT)["id"] == "msg_cd"
 
 

@@ -287,7 +287,7 @@ def test_append_many_writes_each_rollout_in_order_and_reports_each_failure(
         ("b", ["not", "an", "object"]),
         ("a", numbered_record(5)),
     ]
-    errors = store.append_many(items)  # type: ignore[arg-type]
+    errors = store.append_many(items)  # type: ignore[arg-type]  # a non-object, on purpose
     assert [type(e).__name__ if e else None for e in errors] == [
         None,
         None,
@@ -319,7 +319,7 @@ def test_append_many_and_append_from_threads_never_interleave(tmp_path: Path) ->
             items = [
                 (f"r{k}", numbered_record(worker * 1000 + n, pad="x" * 5000)) for k in range(4)
             ]
-            assert store.append_many(items) == [None] * 4  # type: ignore[arg-type]
+            assert store.append_many(items) == [None] * 4
 
     def singles(worker: int) -> None:
         for n in range(50):
@@ -359,7 +359,7 @@ def test_append_many_syncs_files_together_and_a_failed_sync_fails_only_its_file(
     store = CaptureStore(tmp_path)
     synced = watch_fsyncs(monkeypatch, lambda name: name.endswith("bad.capture.jsonl"))
     items = [(f"r{k}", numbered_record(k)) for k in range(20)] + [("bad", numbered_record(99))]
-    errors = store.append_many(items)  # type: ignore[arg-type]
+    errors = store.append_many(items)
     assert errors[:20] == [None] * 20
     assert isinstance(errors[20], OSError)
     assert errors[20].errno == errno.EIO
@@ -377,7 +377,7 @@ def test_append_many_syncs_the_directory_once_for_all_the_files_it_creates(
     store.append("old", numbered_record(0))
     synced = watch_fsyncs(monkeypatch)
     items = [(f"new{k}", numbered_record(k)) for k in range(10)] + [("old", numbered_record(10))]
-    assert store.append_many(items) == [None] * 11  # type: ignore[arg-type]
+    assert store.append_many(items) == [None] * 11
     assert synced.count(str(tmp_path)) == 1
     synced.clear()
     assert store.append_many([("new0", numbered_record(11)), ("old", numbered_record(12))]) == [
@@ -395,7 +395,7 @@ def test_a_failed_directory_sync_fails_only_the_new_files_and_is_tried_again(
     store.append("old", numbered_record(0))
     broken = {"dir": True}
     synced = watch_fsyncs(monkeypatch, lambda name: name == str(tmp_path) and broken["dir"])
-    errors = store.append_many([("new", numbered_record(1)), ("old", numbered_record(2))])  # type: ignore[arg-type]
+    errors = store.append_many([("new", numbered_record(1)), ("old", numbered_record(2))])
     assert isinstance(errors[0], OSError)
     assert errors[1] is None
     assert [r["model_call_id"] for r in store.read("old")] == [f"{n:032x}" for n in (0, 2)]

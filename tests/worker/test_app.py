@@ -242,7 +242,7 @@ async def test_a_bad_admission_is_refused_naming_the_field(
 async def test_a_pin_in_the_body_must_match_the_admissions(
     worker: Worker, upstream: FakeUpstream
 ) -> None:
-    body = chat_body(capture=admission("a1"), **{PREFIX_IDS_FIELD: [1, 2, 3]})
+    body = {**chat_body(capture=admission("a1")), PREFIX_IDS_FIELD: [1, 2, 3]}
     reply = await worker.post(body)
 
     assert reply.status == 400
