@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from rollcap.dialects import get_dialect
+from rollcap.dialects import error_message, get_dialect
 from rollcap.dialects._base import openai_error
 
 
@@ -44,3 +44,21 @@ def test_extra_fields_follow_the_four_the_api_always_sends() -> None:
 )
 def test_each_dialect_shapes_its_own_error_body(dialect: str, body: dict[str, Any]) -> None:
     assert get_dialect(dialect).error_body("timeout", "slow") == body
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"error": {"message": "slow down", "type": "rate_limit_error"}}, "slow down"),
+        ({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}, "busy"),
+        ({"error": "model not loaded"}, "model not loaded"),
+        ({"message": "boom"}, "boom"),
+        ({"error": {"message": ""}, "message": "fallback"}, "fallback"),
+        ({"error": {"code": 500}}, None),
+        ({}, None),
+    ],
+)
+def test_error_message_reads_any_dialects_error_body(
+    body: dict[str, Any], message: str | None
+) -> None:
+    assert error_message(body) == message

@@ -19,6 +19,7 @@ from rollcap.dialects._base import (
     StreamReassembler,
     ToolCall,
     Usage,
+    error_message,
     openai_error,
 )
 from rollcap.sse import SSEDecoder, SSEEvent
@@ -32,6 +33,7 @@ __all__ = [
     "StreamReassembler",
     "ToolCall",
     "Usage",
+    "error_message",
     "get_dialect",
     "openai_error",
     "reassemble",

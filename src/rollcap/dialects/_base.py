@@ -35,6 +35,7 @@ __all__ = [
     "StreamReassembler",
     "ToolCall",
     "Usage",
+    "error_message",
     "openai_error",
     "openai_usage",
     "parse_arguments",
@@ -159,3 +160,13 @@ def openai_error(
     ``extra`` fields go into the error object after the four the API always sends.
     """
     return {"error": {"message": message, "type": kind, "param": param, "code": code, **extra}}
+
+
+def error_message(body: Mapping[str, Any]) -> str | None:
+    """The message of an error body in any dialect's shape: ``error.message`` (OpenAI,
+    Anthropic), an ``error`` that is itself a string, or a top-level ``message``."""
+    error = body.get("error")
+    for candidate in (as_dict(error).get("message"), error, body.get("message")):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    return None

@@ -47,6 +47,7 @@ __all__ = [
     "is_terminal_event",
     "normalize",
     "tool_call_index",
+    "tool_call_parts",
     "usage",
     "wants_stream_usage",
 ]
@@ -91,6 +92,19 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
     return openai_usage(usage, "prompt", "completion")
 
 
+def tool_call_parts(item: Mapping[str, Any]) -> tuple[object, object]:
+    """A message's tool call as ``(name, arguments)``, as sent (either may be anything).
+
+    A function tool keeps them under ``function``; a custom (free-form) tool carries
+    ``{"name", "input"}`` under ``custom`` instead.
+    """
+    if "function" not in item and isinstance(item.get("custom"), Mapping):
+        custom = as_dict(item.get("custom"))
+        return custom.get("name"), custom.get("input")
+    function = as_dict(item.get("function"))
+    return function.get("name"), function.get("arguments")
+
+
 def _tool_calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
     calls: list[ToolCall] = []
     raw_calls = message.get("tool_calls")
@@ -98,13 +112,7 @@ def _tool_calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
         item = as_dict(raw)
         if not item:
             continue
-        # A custom (free-form) tool carries {"name", "input"} under "custom" instead of "function".
-        if "function" not in item and isinstance(item.get("custom"), Mapping):
-            custom = as_dict(item.get("custom"))
-            name, arguments = custom.get("name"), custom.get("input")
-        else:
-            function = as_dict(item.get("function"))
-            name, arguments = function.get("name"), function.get("arguments")
+        name, arguments = tool_call_parts(item)
         calls.append(ToolCall(as_str(item.get("id")), as_str(name), parse_arguments(arguments)))
     legacy = message.get("function_call")
     if isinstance(legacy, Mapping):

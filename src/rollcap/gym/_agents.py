@@ -38,11 +38,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap._json import json_type_name
+from rollcap._json import json_type_name, load_json_object
 from rollcap._proxy.asgi import send_json
 from rollcap._proxy.forward import UpstreamFailure, read_whole, relay, upstream_failures
 from rollcap._proxy.relay import BreakOffMiddleware, StreamResponse
-from rollcap.dialects import openai_error
+from rollcap.dialects import error_message, openai_error
 from rollcap.gym._http import (
     InvalidRequest,
     error_response,
@@ -129,15 +129,9 @@ class DownstreamError(Exception):
 
 def _error_detail(raw: bytes) -> str:
     """The message of an error body, for the agent's own error: its ``error.message`` if any."""
-    try:
-        parsed = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
-        error = parsed.get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-        if isinstance(message, str) and message:
-            return message[:_ERROR_DETAIL_CHARS]
+    message = error_message(load_json_object(raw) or {})
+    if message is not None:
+        return message[:_ERROR_DETAIL_CHARS]
     text = raw.decode("utf-8", "replace").strip()
     return text[:_ERROR_DETAIL_CHARS] or "(empty body)"
 
@@ -283,11 +277,8 @@ def _json_answer(server: str, url: str, status: int, raw: bytes) -> dict[str, An
             server=server,
             server_status=status,
         )
-    try:
-        answer = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        answer = None
-    if not isinstance(answer, dict):
+    answer = load_json_object(raw)
+    if answer is None:
         raise DownstreamError(
             f"{server} server answered {status} from {url} with a body that is not a JSON object",
             server=server,

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rollcap._json import load_json_object
 from rollcap._proxy.forward import (
     UpstreamFailure,
     forwarding_session,
@@ -171,11 +172,8 @@ class _Forwarder:
             return raw
         if not 200 <= upstream.status < 300:
             return json_response(error_for_client(dialect, upstream.status, raw), upstream.status)
-        try:
-            chat = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            chat = None
-        if not isinstance(chat, dict):
+        chat = load_json_object(raw)
+        if chat is None:
             return json_response(
                 error_body(dialect, "api_error", "upstream answered with invalid JSON"), 502
             )

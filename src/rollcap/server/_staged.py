@@ -35,6 +35,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rollcap._json import load_json_object
 from rollcap.conversation import ConversationIndex, answer_fingerprint, fingerprints
 from rollcap.dialects.chat import wants_stream_usage
 from rollcap.records import GAP_TOKEN_CAPTURE_FAILED
@@ -208,10 +209,7 @@ class StagedCalls:
                 call, None, f"capture worker answer not read (HTTP {raw.status_code})"
             )
             return raw
-        try:
-            answer = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            answer = None
+        answer = load_json_object(raw)
         coords = self._coords(call, answer)
         if not 200 <= upstream.status < 300:
             refusal = f"capture worker answered HTTP {upstream.status}"

@@ -11,7 +11,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from rollcap.dialects import messages
+from rollcap._json import load_json_object
+from rollcap.dialects import error_message, messages
 from rollcap.sse import SSEEvent
 from rollcap.translate import (
     ANTHROPIC_ERROR_TYPES,
@@ -70,17 +71,10 @@ def error_for_client(dialect: str, status: int, body: bytes) -> bytes:
     """An upstream (OpenAI-shaped) error body, as the client's dialect shapes errors."""
     if dialect != "messages":
         return body  # Responses errors have the chat API's shape already
-    message = body.decode("utf-8", errors="replace")
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
-        error = parsed.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            message = error["message"]
-        elif isinstance(parsed.get("message"), str):
-            message = parsed["message"]
+    parsed = load_json_object(body)
+    message = error_message(parsed) if parsed is not None else None
+    if message is None:
+        message = body.decode("utf-8", errors="replace")
     kind = ANTHROPIC_ERROR_TYPES.get(
         status, "api_error" if status >= 500 else "invalid_request_error"
     )

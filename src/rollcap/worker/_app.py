@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rollcap._json import load_json_object
 from rollcap._proxy.forward import UpstreamFailure, pass_through, read_whole
 from rollcap._proxy.headers import for_client
 from rollcap._proxy.relay import BreakOffMiddleware
@@ -192,11 +193,8 @@ class _Worker:
                 raw, status_code=upstream.status, headers=for_client(upstream.headers)
             )
             return _NoAnswer(passed, f"upstream answered HTTP {upstream.status}")
-        try:
-            answer = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            answer = None
-        if not isinstance(answer, dict):
+        answer = load_json_object(raw)
+        if answer is None:
             return _NoAnswer(
                 _error(502, "api_error", "upstream answered with invalid JSON"),
                 "upstream answered with invalid JSON",
