@@ -37,6 +37,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollcap._json import json_type_name, load_json_object
 from rollcap._proxy.asgi import send_json
@@ -325,10 +326,10 @@ class _SelfCallPrefix:
     Pure ASGI: it only rewrites the scope, so responses (streams included) pass untouched.
     """
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
