@@ -19,7 +19,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict src/rollcap
+	$(BIN)/mypy --strict src/rollcap tests
 
 # The report's browser tests drive Debian's Chromium (never a downloaded browser build).
 CHROMIUM := /usr/bin/chromium

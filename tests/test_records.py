@@ -180,23 +180,6 @@ def test_model_ref() -> None:
     assert model_ref("policy_model") == {"type": "responses_api_models", "name": "policy_model"}
 
 
-def test_model_call_ids_are_uuid4_hex_and_differ_across_fork() -> None:
-    import multiprocessing
-    import uuid
-
-    from rollcap.records import new_model_call_id
-
-    ids = {new_model_call_id() for _ in range(1000)}
-    assert len(ids) == 1000
-    assert all(uuid.UUID(i).version == 4 and len(i) == 32 for i in ids)
-    assert all(uuid.UUID(i).variant == uuid.RFC_4122 and uuid.UUID(i).hex == i for i in ids)
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(1) as pool:
-        child = pool.apply(new_model_call_id)
-    assert child != new_model_call_id()
-    assert child not in ids
-
-
 def test_a_gap_dumps_without_nulls_for_capture_and_whole_for_evidence() -> None:
     from rollcap.records import Gap
 

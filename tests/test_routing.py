@@ -9,6 +9,7 @@ from rollcap.routing import (
     apply_prefix,
     base_url_for_run,
     split_prefix,
+    strip_prefix,
     url_path_for_request,
     url_path_for_run,
 )
@@ -67,3 +68,37 @@ def test_url_path_for_request_forms() -> None:
     assert url_path_for_request("/v1/messages", stripped) == "/ng-rollout/9-9/v1/messages"
     assert url_path_for_request("/v1/messages", {"path": "/run"}) == "/v1/messages"
     assert url_path_for_request("/v1/messages", object()) == "/v1/messages"
+
+
+def test_strip_prefix_gives_a_child_scope_that_keeps_the_id() -> None:
+    scope = {
+        "type": "http",
+        "path": "/ng-rollout/3-1/v1/responses",
+        "raw_path": b"/ng-rollout/3-1/v1/responses",
+        "query_string": b"a=1",
+    }
+    rollout_id, child = strip_prefix(scope)
+    assert rollout_id == "3-1"
+    assert child == {
+        "type": "http",
+        "path": "/v1/responses",
+        "raw_path": b"/v1/responses",
+        "query_string": b"a=1",
+        SCOPE_ROLLOUT_ID_KEY: "3-1",
+    }
+    assert scope["path"] == "/ng-rollout/3-1/v1/responses"  # the parent scope is left alone
+    assert strip_prefix({"path": "/ng-rollout/3-1"})[1]["path"] == "/"
+
+
+def test_strip_prefix_leaves_an_unprefixed_scope_as_it_is() -> None:
+    scope = {"path": "/v1/responses", "raw_path": b"/v1/responses"}
+    rollout_id, child = strip_prefix(scope)
+    assert rollout_id is None
+    assert child is scope
+
+
+def test_strip_prefix_reads_the_id_from_the_path_as_sent() -> None:
+    # Decoded, "a%2Fb" would pass as the id "a" followed by "/b".
+    scope = {"path": "/ng-rollout/a/b/v1/responses", "raw_path": b"/ng-rollout/a%2Fb/v1/responses"}
+    with pytest.raises(ValueError, match="invalid rollout id"):
+        strip_prefix(scope)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from rollcap import CaptureStore
-from rollcap._eval import EvalRequest, run_eval
 from rollcap.config import load_config
 from rollcap.gym import example_data_path
+from rollcap.workflow import EvalRequest, run_eval
 from tests.conftest import SECRETS
 
 

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollcap.sse import SSEDecoder, SSEEvent, encode_event
+from rollcap.sse import SSEDecoder, SSEEvent, encode_event, is_event_stream
 
 
 def decode(*chunks: bytes, unterminated: bool = False) -> list[SSEEvent]:
@@ -87,7 +88,7 @@ def test_any_bytes_any_split_never_raises_and_split_is_invisible(
 
 
 _line_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\r\n"),
     max_size=30,
 )
 
@@ -110,7 +111,7 @@ def test_encoded_events_decode_back(events: list[SSEEvent]) -> None:
 
 
 _LINE_TEXT = st.text(
-    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12
+    alphabet=st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]), max_size=12
 )
 _RAW_BLOCK = st.one_of(
     _LINE_TEXT.map(lambda t: f"data: {t}\n\n"),
@@ -174,3 +175,23 @@ def test_a_stream_of_plain_events_in_uneven_chunks_keeps_names_ids_and_the_unfin
     assert events[5].event is None
     assert {e.id for e in events} == {"9"}
     assert decode(*chunks) == events[:5]  # the unfinished one only when asked for
+
+
+@pytest.mark.parametrize(
+    ("content_type", "expected"),
+    [
+        ("text/event-stream", True),
+        ("text/event-stream; charset=utf-8", True),
+        ("Text/Event-Stream;charset=UTF-8", True),
+        ("  text/event-stream  ", True),
+        ("application/json", False),
+        ("text/event-streams", False),
+        ("text/plain; x=text/event-stream", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_is_event_stream_reads_the_media_type_in_any_case(
+    content_type: str | None, expected: bool
+) -> None:
+    assert is_event_stream(content_type) is expected

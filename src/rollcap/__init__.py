@@ -3,9 +3,9 @@
 The public API is what this module exports; everything else is internal and may change.
 """
 
-from rollcap._discovery import resolve_model_base_url
+from rollcap.attachment import build_attachment, capture_attachment
 from rollcap.ids import build_rollout_id, rollout_id_from_run, validate_rollout_id
-from rollcap.metrics import aggregate, build_attachment
+from rollcap.metrics import aggregate
 from rollcap.records import ErrorCategory, Gap, ModelCallRecord, RawRecord, error_category
 from rollcap.routing import base_url_for_run, url_path_for_request, url_path_for_run
 from rollcap.store import (
@@ -13,9 +13,9 @@ from rollcap.store import (
     CaptureReadError,
     CaptureStore,
     aggregate_model_call_metrics,
-    capture_attachment,
     read_model_call_records,
 )
+from rollcap.workflow import resolve_model_base_url
 
 __version__ = "0.1.0"
 

@@ -19,9 +19,10 @@ from typing import Any
 import orjson
 
 from rollcap import __version__
+from rollcap.attachment import capture_attachment
 from rollcap.config import ConfigError, RunSettings, load_config
 from rollcap.report._otel_cli import add_export_otel_command, run_export_otel
-from rollcap.store import CaptureReadError, CaptureStore, capture_attachment
+from rollcap.store import CaptureReadError, CaptureStore
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -233,7 +234,7 @@ def _capture_report(args: argparse.Namespace) -> int:
 
 
 def _capture_view(args: argparse.Namespace) -> int:
-    from rollcap._serving import bind, serving
+    from rollcap._runtime.serving import bind, serving
     from rollcap.report import create_view_app, find_run
 
     run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging)
@@ -250,7 +251,7 @@ def _capture_view(args: argparse.Namespace) -> int:
 
 
 def _serve_model(args: argparse.Namespace) -> int:
-    from rollcap._serving import bind, serving
+    from rollcap._runtime.serving import bind, serving
     from rollcap.server import ModelServerSettings, create_model_app
 
     settings = RunSettings.from_config(load_config(args.config, args.overrides))
@@ -287,7 +288,7 @@ def _serve_model(args: argparse.Namespace) -> int:
 # dozens of calls are in flight at once: with the default first threshold (700) a young
 # collection runs every few calls and walks every in-flight call's objects, promoting them
 # to older generations that are walked again. At 20,000 most of a call's objects are freed
-# before any collection sees them. bench/proxy.py: 8-10% less server CPU per stream.
+# before any collection sees them.
 _GC_THRESHOLDS = (20_000, 20, 20)
 
 
@@ -296,7 +297,6 @@ def _freeze_startup() -> None:
 
     Modules, apps and settings live as long as the process; without this each full collection
     walks them all again. The garbage there is now is collected first, so none of it is kept.
-    bench/proxy.py: about 20% less CPU per captured call.
     """
     gc.collect()
     gc.freeze()
@@ -306,7 +306,7 @@ def _freeze_startup() -> None:
 def _serve_worker(args: argparse.Namespace) -> int:
     import os
 
-    from rollcap._serving import bind, serving
+    from rollcap._runtime.serving import bind, serving
     from rollcap.worker import WorkerSettings, create_worker_app
 
     api_key: str | None = None
@@ -340,7 +340,7 @@ def _serve_worker(args: argparse.Namespace) -> int:
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop where it is installed: it moves bytes between sockets several times faster."""
+    """uvloop where it is installed: the servers mostly move bytes between sockets, on less CPU."""
     try:
         import uvloop
     except ImportError:
@@ -349,7 +349,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def _eval_run(args: argparse.Namespace) -> int:
-    from rollcap._eval import EvalRequest, Progress, format_summary, run_eval
+    from rollcap.workflow import EvalRequest, Progress, format_summary, run_eval
 
     config = load_config(args.config, args.overrides)
     request = EvalRequest(
@@ -378,7 +378,7 @@ def _eval_run(args: argparse.Namespace) -> int:
 
 
 def _eval_submit(args: argparse.Namespace) -> int:
-    from rollcap._eval import format_submit_table, submit
+    from rollcap.workflow import format_submit_table, submit
 
     config = load_config([args.config], args.overrides)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
@@ -388,7 +388,7 @@ def _eval_submit(args: argparse.Namespace) -> int:
 
 
 def _env_start(args: argparse.Namespace) -> int:
-    from rollcap._env import environment
+    from rollcap.workflow import environment
 
     config = load_config(args.config, args.overrides)
     RunSettings.from_config(config)  # a bad configuration starts nothing

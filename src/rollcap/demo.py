@@ -15,9 +15,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollcap._eval import EvalRequest, Progress, format_summary, run_eval
 from rollcap.config import load_config
 from rollcap.gym import example_data_path
+from rollcap.workflow import EvalRequest, Progress, format_summary, run_eval
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,17 +12,16 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
-    "ROLLOUT_ID_MAX_LENGTH",
     "ROLLOUT_ID_PATTERN",
     "build_rollout_id",
     "rollout_id_from_run",
     "validate_rollout_id",
 ]
 
-ROLLOUT_ID_MAX_LENGTH = 200
-# \Z rather than $: `$` also matches before a trailing newline, which would let "a\n" through.
-ROLLOUT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}\Z", re.ASCII)
+# The grammar, as error messages show it. The pattern matches with \Z rather than $: `$` also
+# matches before a trailing newline, which would let "a\n" through.
 _RULE = "^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+ROLLOUT_ID_PATTERN = re.compile(_RULE[1:-1] + r"\Z", re.ASCII)
 
 TASK_INDEX_KEY = "_ng_task_index"
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"

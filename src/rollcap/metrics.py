@@ -1,4 +1,4 @@
-"""Aggregate per-call metrics and build the rollout attachment (pure).
+"""Aggregate per-call metrics (pure).
 
 Aggregates follow one rule: sum the values that are known; a total no call reports is ``None``
 (unknown), never 0, so a dialect that reports no reasoning tokens does not look like "zero
@@ -7,17 +7,16 @@ reasoning".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rollcap.dialects import DIALECT_NAMES, Usage, get_dialect
-from rollcap.records import Gap, ModelCallRecord, round_ms
+from rollcap.records import ModelCallRecord, round_ms
 
 __all__ = [
     "METRIC_KEYS",
     "aggregate",
     "aggregate_raw",
-    "build_attachment",
 ]
 
 _SUMMED = (
@@ -82,23 +81,4 @@ def _aggregate_rows(rows: Iterable[tuple[Any, ...]]) -> dict[str, Any]:
         # Float sums drift (0.1 + 0.2); latencies are kept at 2 decimals everywhere.
         out["latency_total_ms"] = round(out["latency_total_ms"], 2)
     out["num_calls"] = count
-    return out
-
-
-def build_attachment(
-    rollout_id: str,
-    records: Sequence[ModelCallRecord],
-    gaps: Iterable[Gap] = (),
-    *,
-    payloads: bool = True,
-) -> dict[str, Any]:
-    """The ``ng_model_call_capture`` object of one rollout; ``gaps`` is omitted when empty."""
-    out: dict[str, Any] = {
-        "rollout_id": rollout_id,
-        "metrics": aggregate(records),
-        "calls": [record.to_dict(payloads=payloads) for record in records],
-    }
-    gap_list = [gap.to_dict() for gap in gaps]
-    if gap_list:
-        out["gaps"] = gap_list
     return out

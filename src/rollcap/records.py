@@ -9,13 +9,12 @@ a fix to normalization applies to files already written.
 from __future__ import annotations
 
 import enum
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from rollcap._json import as_count, as_str
 from rollcap.dialects import DIALECT_NAMES, Normalized, get_dialect
-from rollcap.dialects._base import as_count, as_str
 
 __all__ = [
     "GAP_INCOMPLETE",
@@ -31,7 +30,6 @@ __all__ = [
     "RawRecord",
     "error_category",
     "model_ref",
-    "new_model_call_id",
 ]
 
 MODEL_REF_TYPE = "responses_api_models"
@@ -125,22 +123,6 @@ def error_category(
         if applies:
             return category
     return None
-
-
-def new_model_call_id() -> str:
-    """A random (version 4) UUID as 32 hex digits.
-
-    Drawn from the process's PRNG (reseeded at fork) rather than ``os.urandom``: the id needs to
-    be unique, not secret, and on a busy server the system call of ``uuid4`` costs a GIL
-    hand-off per call. The version and variant bits are set on the integer: building a
-    ``uuid.UUID`` only to read its hex cost more than the rest of the id.
-    """
-    return f"{random.getrandbits(128) & _UUID4_KEEP | _UUID4_SET:032x}"
-
-
-# Version 4 (bits 76-79 = 0100) and the RFC 4122 variant (bits 62-63 = 10).
-_UUID4_KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
-_UUID4_SET = (0x4 << 76) | (0x2 << 62)
 
 
 def model_ref(server_name: str) -> dict[str, str]:

@@ -1,12 +1,13 @@
 """The ``/ng-rollout/<rollout_id>/`` URL prefix: parse, strip and apply.
 
-The prefix is how a model call says which rollout it belongs to. A model server strips it before
-routing; agents add it to their outgoing model calls. Everything here is pure string work.
+The prefix is how a model call says which rollout it belongs to. A model server (and an agent's
+self-call route) strips it before routing (``strip_prefix``); agents add it to their outgoing
+model calls. Everything here is pure string work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from rollcap.ids import rollout_id_from_run, validate_rollout_id
@@ -17,6 +18,7 @@ __all__ = [
     "apply_prefix",
     "base_url_for_run",
     "split_prefix",
+    "strip_prefix",
     "url_path_for_request",
     "url_path_for_run",
 ]
@@ -39,6 +41,25 @@ def split_prefix(path: str) -> tuple[str | None, str]:
     rollout_id, slash, tail = rest.partition("/")
     validate_rollout_id(rollout_id)
     return rollout_id, (slash + tail) or "/"
+
+
+def strip_prefix(scope: MutableMapping[str, Any]) -> tuple[str | None, MutableMapping[str, Any]]:
+    """``(rollout_id, child scope)`` of an ASGI HTTP scope; ``(None, scope)`` without a prefix.
+
+    The child scope is what a mounted sub-application gets: the bare path (``path`` and
+    ``raw_path``) to route on, and the id under ``SCOPE_ROLLOUT_ID_KEY``. The id is read from
+    the path as sent: in the decoded path ``a%2Fb`` would pass as the id ``a`` followed by
+    ``/b``. An invalid id raises ``ValueError`` (a server answers 400).
+    """
+    raw_path = scope.get("raw_path")
+    sent = raw_path.decode("latin-1") if raw_path else scope["path"]
+    rollout_id, _ = split_prefix(sent)
+    if rollout_id is None:
+        return None, scope
+    # A valid id has no escapes, so the decoded path carries the same prefix.
+    path = scope["path"][len(ROLLOUT_PREFIX) + len(rollout_id) :] or "/"
+    child = {**scope, "path": path, "raw_path": path.encode(), SCOPE_ROLLOUT_ID_KEY: rollout_id}
+    return rollout_id, child
 
 
 def apply_prefix(url_path: str, rollout_id: str) -> str:

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.ids import rollout_id_from_run
 from rollcap.store import CaptureStore
 

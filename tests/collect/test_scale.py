@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from rollcap import CaptureStore
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.collect import CollectionSummary, collect
 from tests.collect.conftest import StubAgent, make_app, write_input
 

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from rollcap.dialects import error_message, get_dialect
 from rollcap.dialects._base import openai_error
 
 
@@ -13,3 +18,47 @@ def test_openai_error_has_the_shape_the_openai_sdks_parse() -> None:
         "param": None,
         "code": "server_error",
     }
+
+
+def test_extra_fields_follow_the_four_the_api_always_sends() -> None:
+    assert list(openai_error("x", kind="upstream_error", server="model", status=502)["error"]) == [
+        "message",
+        "type",
+        "param",
+        "code",
+        "server",
+        "status",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "body"),
+    [
+        (
+            "responses",
+            {"error": {"message": "slow", "type": "timeout", "param": None, "code": None}},
+        ),
+        ("chat", {"error": {"message": "slow", "type": "timeout", "param": None, "code": None}}),
+        ("messages", {"type": "error", "error": {"type": "timeout", "message": "slow"}}),
+    ],
+)
+def test_each_dialect_shapes_its_own_error_body(dialect: str, body: dict[str, Any]) -> None:
+    assert get_dialect(dialect).error_body("timeout", "slow") == body
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"error": {"message": "slow down", "type": "rate_limit_error"}}, "slow down"),
+        ({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}, "busy"),
+        ({"error": "model not loaded"}, "model not loaded"),
+        ({"message": "boom"}, "boom"),
+        ({"error": {"message": ""}, "message": "fallback"}, "fallback"),
+        ({"error": {"code": 500}}, None),
+        ({}, None),
+    ],
+)
+def test_error_message_reads_any_dialects_error_body(
+    body: dict[str, Any], message: str | None
+) -> None:
+    assert error_message(body) == message

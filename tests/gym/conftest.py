@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap._serving import bind, uvicorn_server
+from rollcap._runtime.serving import bind, uvicorn_server
 from rollcap.gym import (
     AgentSettings,
     McqaResourcesServer,
@@ -121,7 +121,7 @@ class GymStack:
 class ServerGroup:
     """Apps served on 127.0.0.1 from this event loop, stopped together.
 
-    Built on rollcap._serving like ``serving``, but the servers wind down concurrently: each
+    Built on rollcap._runtime.serving like ``serving``, but the servers wind down concurrently: each
     uvicorn shutdown waits out a 0.1 s tick, and a stack has four of them.
     """
 

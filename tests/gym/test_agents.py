@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.gym import (
     AGENTS,
     RESOURCES_SERVERS,
@@ -141,6 +142,22 @@ async def test_streamed_self_call_passes_the_stream_through(fake_stack: GymStack
     [record] = fake_stack.captured("7-2")
     assert record["response_raw"] == raw.decode()
     assert record["response"]["status"] == "completed"
+
+
+async def test_a_model_stream_that_breaks_off_breaks_the_self_calls_stream_the_same_way(
+    fake_stack: GymStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    url = fake_stack.agent_url + "/ng-rollout/7-3/v1/responses"
+    body = {"input": "hi", "stream": True, "model": "truncate"}
+    async with fake_stack.session.post(url, json=body) as response:
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()  # no clean end an SDK could take for a finished answer
+    messages = [(r.name, r.getMessage()) for r in caplog.records]
+    assert not [m for m in messages if "Exception in ASGI application" in m[1]]
+    ours = [m for m in messages if "upstream broke off its answer" in m[1]]
+    assert sorted(m[0] for m in ours) == ["rollcap.gym", "rollcap.server"]  # each hop, once
 
 
 async def test_self_call_passes_a_model_error_through(fake_stack: GymStack) -> None:

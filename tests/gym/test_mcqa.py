@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.gym import (
     InvalidRequest,
     McqaResourcesServer,

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.gym import InvalidRequest, ResourcesServer, create_resources_app
 from tests.gym.conftest import CLIENT_TIMEOUT
 
@@ -102,6 +102,8 @@ async def test_an_exception_is_500_without_traceback(
         "error": {
             "message": "scripted verify failed: RuntimeError: grader exploded",
             "type": "server_error",
+            "param": None,
+            "code": None,
         }
     }
     assert "Traceback" not in orjson.dumps(body).decode()
@@ -115,7 +117,12 @@ async def test_invalid_request_from_verify_is_400(
     scripted[0].result = InvalidRequest("the task has no question")
     status, body = await _verify(scripted)
     assert status == 400
-    assert body["error"] == {"message": "the task has no question", "type": "invalid_request_error"}
+    assert body["error"] == {
+        "message": "the task has no question",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
 
 
 async def test_base_class_defaults(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rollcap._serving import serving_in_thread
+from rollcap._runtime.serving import serving_in_thread
 from rollcap.local import LocalEngine, create_chat_app
 from rollcap.server import ModelServerSettings, create_model_app
 

@@ -27,7 +27,7 @@ import httpx2
 import openai
 import orjson
 
-from rollcap._serving import serving_in_thread
+from rollcap._runtime.serving import serving_in_thread
 from rollcap.collect import Rollout, failure_line, failures_path, rollout_line
 from rollcap.server import ModelServerSettings, create_model_app
 from rollcap.testing import HEADER_SCENARIO, FakeUpstream
@@ -51,14 +51,14 @@ TOOLS: list[Any] = [
 ]
 # rollout id -> (calls, error categories of its calls in order)
 EXPECTED_CALLS = {"0-0": 3, "0-1": 4, "1-0": 3, "2-0": 3, "3-0": 2}
-EXPECTED_ERRORS = {
+EXPECTED_ERRORS: dict[str, list[str | None]] = {
     "0-0": [None, None, None],
     "0-1": [None, None, None, None],
     "1-0": [None, "rate_limit", None],
     "2-0": [None, "stream_truncated", "upstream_error"],
     "3-0": [None, None],
 }
-STREAMED = {
+STREAMED: dict[str, list[int]] = {
     "0-0": [0, 1, 1],
     "0-1": [0, 1, 1, 1],
     "1-0": [1, 0, 0],

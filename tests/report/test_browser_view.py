@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollcap._serving import serving_in_thread
+from rollcap._runtime.serving import serving_in_thread
 from rollcap.report import create_view_app, find_run
 from tests.report._evaluation import EXPECTED_CALLS, evaluation_servers
 from tests.report.conftest import Watched

@@ -222,7 +222,12 @@ def test_signatures_tell_requests_apart_by_messages_and_parameters() -> None:
 
 def test_reusing_the_previous_calls_fingerprints_changes_nothing() -> None:
     history = [SYSTEM, USER, TOOL_CALL, RESULT, ANSWER]
-    calls = [history[:2], history[:4], history, [SYSTEM, {"role": "user", "content": "Other"}]]
+    calls: list[list[Any]] = [
+        history[:2],
+        history[:4],
+        history,
+        [SYSTEM, {"role": "user", "content": "Other"}],
+    ]
     previous = None
     for messages in calls:
         fresh = chat_call(messages, ANSWER)

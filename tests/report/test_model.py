@@ -191,7 +191,8 @@ def test_records_of_any_shape_never_stop_the_report() -> None:
 
 def test_what_could_not_be_read_becomes_the_rollouts_gaps() -> None:
     def gaps(source: RolloutInput) -> list[str]:
-        return digest_rollout(source).row["gaps"]
+        found: list[str] = digest_rollout(source).row["gaps"]
+        return found
 
     assert gaps(RolloutInput("0-0")) == [GAP_NO_RECORDS]
     assert gaps(RolloutInput("0-0", conversation(), bad_lines=2, incomplete=True)) == [

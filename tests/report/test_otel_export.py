@@ -26,8 +26,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from starlette.applications import Starlette
 
-from rollcap._serving import serving_in_thread
+from rollcap._runtime.serving import serving_in_thread
 from rollcap.cli import main
 from rollcap.report import OTEL_INSTALL_HINT, RUN_KEY_FILE, export_otel, run_key_of
 from rollcap.report._otel_cli import format_export
@@ -136,6 +137,7 @@ def attributes(span: Span) -> dict[str, Any]:
 
 def _value(value: AnyValue) -> Any:
     kind = value.WhichOneof("value")
+    assert kind is not None
     if kind == "array_value":
         return [_value(v) for v in value.array_value.values]
     return (kind, getattr(value, kind))
@@ -257,15 +259,19 @@ def real_capture(tmp_path_factory: pytest.TempPathFactory) -> Capture:
     root = tmp_path_factory.mktemp("otel-capture")
     directory = root / "model-calls"
     with FakeUpstream.running_in_thread(api_key=UPSTREAM_KEY) as upstream:
-        settings = {
-            "base_url": upstream.url + "/v1",
-            "api_key": UPSTREAM_KEY,
-            "capture_dir": directory,
-        }
-        openai_app = create_model_app(ModelServerSettings(model_type="openai_model", **settings))
-        anthropic_app = create_model_app(
-            ModelServerSettings(model_type="anthropic_model", **settings)
-        )
+
+        def app(model_type: str) -> Starlette:
+            return create_model_app(
+                ModelServerSettings(
+                    model_type=model_type,
+                    base_url=upstream.url + "/v1",
+                    api_key=UPSTREAM_KEY,
+                    capture_dir=directory,
+                )
+            )
+
+        openai_app = app("openai_model")
+        anthropic_app = app("anthropic_model")
         with (
             serving_in_thread(openai_app) as openai_url,
             serving_in_thread(anthropic_app) as anthropic_url,

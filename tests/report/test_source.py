@@ -111,7 +111,9 @@ def test_the_token_view_of_a_staged_rollout(evaluation_dir: Path) -> None:
     assert isinstance(checks, dict)
     assert len(checks) == 2
     assert set(checks.values()) == {None}
-    (chain,) = tokens["chains"]  # type: ignore[attr-defined]
+    chains = tokens["chains"]
+    assert isinstance(chains, list)
+    (chain,) = chains
     assert (
         len(chain["ids"]) == len(chain["mask"]) == len(chain["logprobs"]) == chain["cum_lens"][-1]
     )

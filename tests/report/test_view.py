@@ -11,9 +11,10 @@ import aiohttp
 import orjson
 import pytest
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.report import VIEW_CSP, create_view_app, find_run
 from rollcap.report import _view as view_module
+from rollcap.report._source import read_rollout
 from rollcap.report._view import RunIndex, host_name
 from rollcap.store import CaptureStore
 from tests.report._evaluation import EXPECTED_CALLS, STREAMED
@@ -117,7 +118,7 @@ def test_the_index_reads_only_files_that_changed_and_keeps_no_payload(
     job_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[str] = []
-    real = view_module.read_rollout
+    real = read_rollout
 
     def counting(store: CaptureStore, rollout_id: str, line: Any) -> Any:
         reads.append(rollout_id)

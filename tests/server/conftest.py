@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.server import ModelServerSettings, create_model_app
 from rollcap.store import CaptureStore
 from rollcap.testing import FakeUpstream

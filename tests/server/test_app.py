@@ -14,15 +14,16 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
 from rollcap.server._middleware import CaptureMiddleware, CaptureState
-from rollcap.store import CaptureStore
+from rollcap.store import CAPTURE_SUFFIX, CaptureStore, _group_commit
 from rollcap.testing import FakeUpstream
+from tests.conftest import SECRETS
 from tests.server.conftest import (
     CLIENT_KEY,
     ROUTES,
-    SECRETS,
     UPSTREAM_KEY,
     Stack,
     client_headers,
@@ -260,8 +261,30 @@ async def test_upstream_too_slow_is_timeout(upstream: FakeUpstream, tmp_path: Pa
             assert record["error_category"] == "timeout"
 
 
-async def test_terminal_event_leaves_only_after_the_record_is_durable(stack: Stack) -> None:
+def _log_syncs(monkeypatch: pytest.MonkeyPatch, log: list[tuple[str, str]], delay: float) -> None:
+    """``("synced", rollout)`` goes into ``log`` once a capture file's fsync has returned.
+
+    Each sync takes ``delay`` longer, so that an answer sent before its record's sync would
+    reach the client first: the order in ``log`` proves the sync, where reading the file back
+    proves only the write (a read succeeds from the page cache before the sync).
+    """
+
+    def fsync(fd: int) -> None:
+        time.sleep(delay)
+        _REAL_FSYNC(fd)
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.endswith(CAPTURE_SUFFIX):
+            log.append(("synced", name.removesuffix(CAPTURE_SUFFIX)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+async def test_terminal_event_leaves_only_after_the_record_is_synced(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     terminals = {"responses": b"response.completed", "chat": b"[DONE]", "messages": b"message_stop"}
+    log: list[tuple[str, str]] = []
+    _log_syncs(monkeypatch, log, delay=0.1)
     for dialect in DIALECTS:
         rollout = f"held-{dialect}"
         async with stack.session.post(
@@ -272,13 +295,14 @@ async def test_terminal_event_leaves_only_after_the_record_is_durable(stack: Sta
             seen = b""
             async for chunk in response.content.iter_any():
                 seen += chunk
-                if terminals[dialect] in seen:
-                    # The client has the terminal event: the record must already be on disk.
+                if terminals[dialect] in seen and seen.endswith(b"\n\n"):
+                    log.append(("seen", rollout))  # the client has the whole terminal event
                     (record,) = stack.store.read(rollout)
                     assert record["model_call_id"] == response.headers["x-rollcap-model-call-id"]
                     break
             else:
                 pytest.fail(f"no terminal event for {dialect}")
+        assert log.index(("synced", rollout)) < log.index(("seen", rollout)), log
 
 
 async def test_client_gone_mid_stream_is_recorded_as_cancelled(stack: Stack) -> None:
@@ -414,10 +438,6 @@ async def test_no_secret_reaches_capture_files_or_logs(
         assert secret not in caplog.text
 
 
-def _unused(_: Any) -> None:
-    return None
-
-
 async def test_exception_in_the_server_is_recorded_and_answered_500(
     upstream: FakeUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -455,10 +475,10 @@ async def test_permission_denied_is_logged_and_the_call_still_served(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def denied(self: CaptureStore, handle: object, fd: int, batch: object) -> bool:
+    def denied(handle: object, fd: int, batch: object) -> bool:
         raise PermissionError(13, "Permission denied", "p.capture.jsonl")
 
-    monkeypatch.setattr(CaptureStore, "_write", denied)
+    monkeypatch.setattr(_group_commit, "_write", denied)
     caplog.set_level(logging.ERROR, logger="rollcap")
     async with (
         model_server(settings_for(upstream.url, tmp_path)) as url,
@@ -517,10 +537,10 @@ async def test_a_deliberately_broken_stream_is_logged_as_such_not_as_a_server_er
     monkeypatch: pytest.MonkeyPatch,
     quiet: bool,
 ) -> None:
-    from rollcap import _relay as _middleware
+    from rollcap._proxy import relay
 
     if not quiet:  # without the filter uvicorn's own line shows: the check below can fail
-        monkeypatch.setattr(_middleware._FILTER, "filter", lambda record: True)
+        monkeypatch.setattr(relay._FILTER, "filter", lambda record: True)
     caplog.set_level(logging.INFO)
     status, body, _ = await _call(
         stack.session, stack.url("chat", "broke"), "chat", stream=True, scenario="truncate"
@@ -538,8 +558,8 @@ async def test_a_deliberately_broken_stream_is_logged_as_such_not_as_a_server_er
     else:
         assert len(unfinished) == 1
     # Another unfinished response (not rollcap's doing) would still be reported.
-    assert _middleware._FILTER.filter(
-        logging.LogRecord("uvicorn.error", logging.ERROR, "", 0, _middleware._UNFINISHED, (), None)
+    assert relay._FILTER.filter(
+        logging.LogRecord("uvicorn.error", logging.ERROR, "", 0, relay._UNFINISHED, (), None)
     )
 
 
@@ -570,12 +590,13 @@ async def test_upstream_silent_mid_stream_breaks_the_client_stream_and_is_timeou
     assert record["status_code"] == 200
 
 
-async def test_a_non_streamed_answer_leaves_whole_only_once_its_record_is_durable(
+async def test_a_non_streamed_answer_leaves_whole_only_once_its_record_is_synced(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Status, headers and body go out together after the record is synced: a client that has
     # the status can rely on the record, and it reads the answer in one piece, not two.
-    monkeypatch.setattr(os, "fsync", _slow_fsync(0.2))
+    log: list[tuple[str, str]] = []
+    _log_syncs(monkeypatch, log, delay=0.2)
     for dialect in DIALECTS:
         rollout = f"whole-{dialect}"
         async with stack.session.post(
@@ -583,9 +604,11 @@ async def test_a_non_streamed_answer_leaves_whole_only_once_its_record_is_durabl
             json=request_body(dialect, stream=False),
             headers=client_headers(dialect),
         ) as response:
+            log.append(("seen", rollout))  # the status line is here
             (record,) = stack.store.read(rollout)
             assert record["model_call_id"] == response.headers["x-rollcap-model-call-id"]
             assert orjson.loads(await response.read()) == record["response"]
+        assert log.index(("synced", rollout)) < log.index(("seen", rollout)), log
 
 
 async def _raw_exchange(url: str, dialect: str, scenario: str, *, direct: bool) -> bytes:
@@ -648,7 +671,7 @@ async def _cancelled_mid_write(
     monkeypatch.setattr(os, "fsync", fsync)
     state = CaptureState("policy_model", CaptureStore(tmp_path))
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await receive()
         headers = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -656,12 +679,12 @@ async def _cancelled_mid_write(
 
     path = "/ng-rollout/late-1/v1/chat/completions"
     scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode()}
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         return {"type": "http.request", "body": b'{"model": "m"}', "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     middleware = CaptureMiddleware(app, state)

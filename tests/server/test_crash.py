@@ -80,8 +80,7 @@ async def test_sigkill_during_200_streams_loses_no_finished_record(
             ]
             # Kill once some streams have ended and many are still running.
             for _ in range(1000):
-                done = sum(finished.values())
-                if done >= STREAMS // 4:
+                if sum(finished.values()) >= STREAMS // 4:
                     break
                 await asyncio.sleep(0.01)
             os.kill(proc.pid, signal.SIGKILL)

@@ -5,7 +5,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rollcap.records import RawRecord
+from rollcap.records import ErrorCategory, RawRecord
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -159,3 +159,23 @@ def test_request_that_is_not_json_is_kept_raw() -> None:
     record = _finish(recorder, Clock(1, 1))
     assert record.request is None
     assert record.request_raw == "{broken"
+
+
+@pytest.mark.parametrize(
+    ("category", "expected"),
+    [
+        (ErrorCategory.TIMEOUT, "timeout"),
+        (ErrorCategory.CONNECTION, "connection"),
+        (ErrorCategory.STREAM_TRUNCATED, None),  # not a failure the server notes: what came tells
+    ],
+)
+def test_an_upstream_failure_is_noted_as_its_category(
+    category: ErrorCategory, expected: str | None
+) -> None:
+    recorder = _recorder()
+    recorder.upstream_failed(category)
+    recorder.response_start(200, JSON)  # the server's own answer, when a failure was noted
+    recorder.body(b"{}")
+    record = _finish(recorder, Clock(wall=1001.0, mono=51.0))
+    assert record.error_category == expected
+    assert record.status_code == (None if expected else 200)

@@ -10,7 +10,7 @@ import httpx2
 import openai
 
 from rollcap import CaptureStore, read_model_call_records
-from rollcap._serving import serving_in_thread
+from rollcap._runtime.serving import serving_in_thread
 from rollcap.server import create_model_app
 from rollcap.testing import FakeUpstream
 from tests.server.conftest import CLIENT_KEY, UPSTREAM_KEY, Stack, settings_for

@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 from rollcap import CaptureStore
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.server import ModelServerSettings, _staged, create_model_app
 from rollcap.server._staged import LEDGER_SUFFIX, ledger_store
 from rollcap.staging import COORDS_FIELD, CommitCoords, linearize

@@ -2,96 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pytest
 
 from rollcap.dialects import StreamOutcome, get_dialect, reassemble
-from rollcap.sse import SSEDecoder, SSEEvent
-from rollcap.testing import SCENARIOS, expected_response
-from rollcap.testing._scenarios import (
-    DIALECTS,
-    KnobError,
-    Knobs,
-    Reply,
-    ReplyKind,
-    answer,
-    is_authorized,
-    plan_answer,
-    read_knobs,
+from rollcap.testing import expected_response
+from rollcap.testing._knobs import DIALECTS
+from rollcap.testing._scenarios import ReplyKind, answer, is_authorized
+from tests.testing._support import (
+    COMPLETING,
+    TERMINAL_OUTCOME,
+    decode,
+    header,
+    json_of,
+    reply,
+    request,
+    streamed,
 )
-
-PROMPT = "What is the capital of France? Answer in one short sentence, please."
-COMPLETING = ("text", "tool", "reasoning", "incomplete")
-TERMINAL_OUTCOME = {
-    ("responses", "incomplete"): StreamOutcome.INCOMPLETE,
-}
-
-
-def request(dialect: str, **extra: Any) -> dict[str, Any]:
-    """A typical request body of the dialect, with a tool in the dialect's own shape."""
-    schema = {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string"},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            "days": {"type": "integer"},
-        },
-        "required": ["city", "unit"],
-    }
-    if dialect == "responses":
-        body: dict[str, Any] = {
-            "model": "gpt-test",
-            "input": PROMPT,
-            "tools": [{"type": "function", "name": "get_weather", "parameters": schema}],
-        }
-    elif dialect == "chat":
-        body = {
-            "model": "gpt-test",
-            "messages": [{"role": "user", "content": PROMPT}],
-            "tools": [
-                {"type": "function", "function": {"name": "get_weather", "parameters": schema}}
-            ],
-        }
-    else:
-        body = {
-            "model": "claude-test",
-            "max_tokens": 256,
-            "messages": [{"role": "user", "content": PROMPT}],
-            "tools": [{"name": "get_weather", "input_schema": schema}],
-        }
-    return {**body, **extra}
-
-
-def reply(
-    dialect: str,
-    body: dict[str, Any],
-    headers: dict[str, str] | None = None,
-    **kwargs: Any,
-) -> Reply:
-    return answer(dialect, orjson.dumps(body), headers or {}, request_id="req_test", **kwargs)
-
-
-def streamed(dialect: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Reply:
-    extra = {"stream_options": {"include_usage": True}} if dialect == "chat" else {}
-    return reply(dialect, {**body, "stream": True, **extra}, headers)
-
-
-def decode(events: tuple[bytes, ...]) -> list[SSEEvent]:
-    decoder = SSEDecoder()
-    out = [event for frame in events for event in decoder.feed(frame)]
-    return out + decoder.flush()
-
-
-def json_of(r: Reply) -> Any:
-    assert r.kind is ReplyKind.BODY
-    return orjson.loads(r.body)
-
-
-def header(r: Reply, name: str) -> str | None:
-    return dict(r.headers).get(name)
-
 
 # --- the stream and the non-streamed answer agree -------------------------------------------------
 
@@ -113,65 +40,6 @@ def test_reassembled_stream_equals_non_streamed_answer(dialect: str, scenario: s
     # Split anywhere, the bytes still give the same object.
     raw = b"".join(stream.events)
     assert reassemble(dialect, [raw[i : i + 7] for i in range(0, len(raw), 7)]) == result
-
-
-@pytest.mark.parametrize("scenario", COMPLETING)
-@pytest.mark.parametrize("dialect", DIALECTS)
-def test_normalized_usage_is_the_planned_usage(dialect: str, scenario: str) -> None:
-    body = request(dialect)
-    knobs = Knobs(scenario=scenario)
-    plan = plan_answer(dialect, body, knobs)
-    usage = (
-        get_dialect(dialect)
-        .normalize(json_of(reply(dialect, body, {"x-fake-scenario": scenario})))
-        .usage
-    )
-
-    # The prompt is 68 characters: 17 tokens; half of them cached.
-    assert usage.tokens_in == plan.usage.input_tokens == 17
-    assert usage.cached_tokens == plan.usage.cached_tokens == 8
-    assert usage.tokens_out == plan.usage.output_tokens > 0
-    assert usage.tokens_total == plan.usage.input_tokens + plan.usage.output_tokens
-    if dialect == "messages":
-        assert usage.tokens_reasoning is None
-        assert usage.cache_creation_tokens == 0
-    else:
-        assert usage.tokens_reasoning == plan.usage.reasoning_tokens
-        assert usage.cache_creation_tokens is None
-    assert (plan.usage.reasoning_tokens > 0) == (scenario == "reasoning")
-
-
-def test_every_dialect_counts_the_same_tokens() -> None:
-    usages = {
-        dialect: get_dialect(dialect)
-        .normalize(json_of(reply(dialect, request(dialect), {"x-fake-scenario": "reasoning"})))
-        .usage
-        for dialect in DIALECTS
-    }
-    counts = {(u.tokens_in, u.tokens_out, u.tokens_total, u.cached_tokens) for u in usages.values()}
-    assert len(counts) == 1
-
-
-def test_anthropic_reports_cached_input_apart() -> None:
-    message = json_of(reply("messages", request("messages"), {"x-fake-cached-tokens": "10"}))
-    assert message["usage"]["input_tokens"] == 7
-    assert message["usage"]["cache_read_input_tokens"] == 10
-    assert message["usage"]["cache_creation_input_tokens"] == 0
-
-
-def test_cached_tokens_header_is_capped_at_the_input() -> None:
-    body = json_of(reply("chat", request("chat"), {"x-fake-cached-tokens": "1000"}))
-    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 17
-    assert body["usage"]["prompt_tokens"] == 17
-
-
-def test_same_request_same_answer_and_ids() -> None:
-    first = reply("responses", request("responses"))
-    again = reply("responses", request("responses"))
-    other = reply("responses", request("responses", input="Something else entirely"))
-    assert first.body == again.body
-    assert json_of(first)["id"] != json_of(other)["id"]
-    assert json_of(first)["created_at"] == json_of(again)["created_at"]
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -290,137 +158,6 @@ def test_incomplete_shapes() -> None:
     assert chat["choices"][0]["finish_reason"] == "length"
     messages = json_of(reply("messages", request("messages"), headers))
     assert messages["stop_reason"] == "max_tokens"
-
-
-def test_responses_stream_is_the_full_event_sequence() -> None:
-    events = decode(streamed("responses", request("responses"), {"x-fake-events": "3"}).events)
-    names = [event.event for event in events]
-    assert names == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.content_part.added",
-        "response.output_text.delta",
-        "response.output_text.delta",
-        "response.output_text.delta",
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        "response.completed",
-    ]
-    datas = [orjson.loads(event.data) for event in events]
-    assert [data["sequence_number"] for data in datas] == list(range(len(events)))
-    assert all(data["type"] == event.event for data, event in zip(datas, events, strict=True))
-
-
-def test_chat_stream_chunks_usage_and_done() -> None:
-    events = decode(streamed("chat", request("chat"), {"x-fake-events": "2"}).events)
-    assert all(event.event is None for event in events)
-    assert events[-1].data == "[DONE]"
-    chunks = [orjson.loads(event.data) for event in events[:-1]]
-    assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
-    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
-    assert chunks[-1]["choices"] == []
-    assert chunks[-1]["usage"]["total_tokens"] > 0
-    assert all(chunk["usage"] is None for chunk in chunks[:-1])
-
-
-def test_chat_stream_without_include_usage_has_no_usage() -> None:
-    r = reply("chat", request("chat", stream=True))
-    chunks = [orjson.loads(event.data) for event in decode(r.events)[:-1]]
-    assert all("usage" not in chunk for chunk in chunks)
-    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
-
-
-def test_messages_stream_event_sequence() -> None:
-    events = decode(streamed("messages", request("messages"), {"x-fake-events": "2"}).events)
-    assert [event.event for event in events] == [
-        "message_start",
-        "content_block_start",
-        "ping",
-        "content_block_delta",
-        "content_block_delta",
-        "content_block_stop",
-        "message_delta",
-        "message_stop",
-    ]
-    assert all(orjson.loads(event.data)["type"] == event.event for event in events)
-
-
-# --- knobs ----------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("dialect", DIALECTS)
-@pytest.mark.parametrize("count", [0, 1, 5, 40])
-def test_events_header_sets_the_number_of_text_deltas(dialect: str, count: int) -> None:
-    delta = {
-        "responses": "response.output_text.delta",
-        "chat": '"content"',
-        "messages": "text_delta",
-    }[dialect]
-    headers = {"x-fake-events": str(count)}
-    events = decode(streamed(dialect, request(dialect), headers).events)
-    deltas = [e for e in events if delta in e.data and '"role"' not in e.data]
-    assert len(deltas) == count
-    result = reassemble(dialect, streamed(dialect, request(dialect), headers).events)
-    assert result.response == json_of(reply(dialect, request(dialect), headers))
-
-
-@pytest.mark.parametrize("size", [1, 100, 10_000])
-def test_content_bytes_header_sizes_the_text(size: int) -> None:
-    body = json_of(reply("chat", request("chat"), {"x-fake-content-bytes": str(size)}))
-    assert len(body["choices"][0]["message"]["content"].encode()) == size
-
-
-def test_content_bytes_and_events_together() -> None:
-    headers = {"x-fake-content-bytes": "1000", "x-fake-events": "4"}
-    stream = streamed("messages", request("messages"), headers)
-    deltas = [e for e in decode(stream.events) if "text_delta" in e.data]
-    assert len(deltas) == 4
-    result = reassemble("messages", stream.events).response
-    assert result is not None
-    assert len(result["content"][0]["text"]) == 1000
-
-
-def test_scenario_comes_from_header_then_model_then_default() -> None:
-    assert read_knobs({}, {"model": "gpt"}).scenario == "text"
-    assert read_knobs({}, {"model": "tool"}).scenario == "tool"
-    assert read_knobs({"x-fake-scenario": "reasoning"}, {"model": "tool"}).scenario == "reasoning"
-    assert read_knobs({}, {"model": "http_418"}).scenario == "http_418"
-
-
-def test_delays_are_read_in_milliseconds() -> None:
-    knobs = read_knobs({"x-fake-delay-ms": "250", "x-fake-chunk-delay-ms": "1.5"}, {})
-    assert knobs.delay_s == 0.25
-    assert knobs.chunk_delay_s == 0.0015
-
-
-@pytest.mark.parametrize(
-    ("name", "value"),
-    [
-        ("x-fake-scenario", "nope"),
-        ("x-fake-scenario", "http_200"),
-        ("x-fake-events", "-1"),
-        ("x-fake-events", "many"),
-        ("x-fake-events", "1000001"),
-        ("x-fake-content-bytes", "1e3"),
-        ("x-fake-delay-ms", "soon"),
-        ("x-fake-delay-ms", "-5"),
-        ("x-fake-chunk-delay-ms", "nan"),
-    ],
-)
-def test_bad_knobs_are_refused(name: str, value: str) -> None:
-    with pytest.raises(KnobError, match=name):
-        read_knobs({name: value}, {})
-    r = reply("chat", request("chat"), {name: value})
-    assert r.status == 400
-    assert name in json_of(r)["error"]["message"]
-
-
-def test_every_named_scenario_is_accepted() -> None:
-    for scenario in SCENARIOS:
-        assert read_knobs({"x-fake-scenario": scenario}, {}).scenario == scenario
 
 
 # --- failure modes --------------------------------------------------------------------------------

@@ -13,8 +13,7 @@ import pytest
 
 from rollcap.dialects import StreamOutcome, get_dialect, reassemble
 from rollcap.testing import SCENARIOS, FakeUpstream
-
-from .test_scenarios import DIALECTS, TERMINAL_OUTCOME, request
+from tests.testing._support import DIALECTS, TERMINAL_OUTCOME, request
 
 PATHS = {"responses": "/v1/responses", "chat": "/v1/chat/completions", "messages": "/v1/messages"}
 # Bounds every wait in this file: a broken fake fails a test instead of hanging it.

@@ -221,7 +221,9 @@ async def test_chat_stream_helper_with_reasoning(oai: openai.AsyncOpenAI) -> Non
     assert getattr(message, "reasoning_content", None)
     assert completion.usage is not None
     assert completion.usage.completion_tokens_details is not None
-    assert completion.usage.completion_tokens_details.reasoning_tokens > 0
+    reasoning_tokens = completion.usage.completion_tokens_details.reasoning_tokens
+    assert reasoning_tokens is not None
+    assert reasoning_tokens > 0
 
 
 async def test_chat_stream_error_raises(oai: openai.AsyncOpenAI) -> None:

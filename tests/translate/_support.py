@@ -266,7 +266,7 @@ def answers(draw: st.DrawFn) -> Answer:
         finish_reason=draw(
             st.sampled_from(["stop", "length", "tool_calls", "content_filter", None])
         ),
-        stop_reason=draw(st.none() | st.sampled_from(["END", "###", "other", 151645])),
+        stop_reason=draw(st.none() | st.sampled_from(["END", "###", "other"]) | st.just(151645)),
         usage=draw(st.none() | _usage),
         second_choice=draw(st.booleans()),
     )

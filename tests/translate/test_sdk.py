@@ -149,12 +149,14 @@ def test_sdks_accept_rendered_streams(upstream: Any) -> None:
         c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == 0
     )
     assert content == (first["content"] or "")
-    calls = [
-        (call.id, call.function.name, call.function.arguments)
-        for c in chunks
-        if c.choices and c.choices[0].index == 0
-        for call in c.choices[0].delta.tool_calls or ()
-    ]
+    calls = []
+    for c in chunks:
+        if not c.choices or c.choices[0].index != 0:
+            continue
+        for call in c.choices[0].delta.tool_calls or ():
+            assert call.function is not None
+            calls.append((call.id, call.function.name, call.function.arguments))
+
     assert calls == [
         (call["id"], call["function"]["name"], call["function"]["arguments"])
         for call in first.get("tool_calls", [])

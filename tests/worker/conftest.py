@@ -14,7 +14,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.staging import CAPTURE_FIELD, COORDS_FIELD, CommitCoords
 from rollcap.testing import FakeUpstream
 from rollcap.worker import WorkerSettings, create_worker_app

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from rollcap._serving import serving
+from rollcap._runtime.serving import serving
 from rollcap.server import ModelServerSettings, create_model_app
 from rollcap.staging import (
     CAPTURE_FAILED,
@@ -242,7 +242,7 @@ async def test_a_bad_admission_is_refused_naming_the_field(
 async def test_a_pin_in_the_body_must_match_the_admissions(
     worker: Worker, upstream: FakeUpstream
 ) -> None:
-    body = chat_body(capture=admission("a1"), **{PREFIX_IDS_FIELD: [1, 2, 3]})
+    body = {**chat_body(capture=admission("a1")), PREFIX_IDS_FIELD: [1, 2, 3]}
     reply = await worker.post(body)
 
     assert reply.status == 400
@@ -619,6 +619,26 @@ async def test_a_passed_through_stream_that_upstream_breaks_breaks_the_same_way(
     assert not [m for m in messages if "Exception in ASGI application" in m[1]]
     assert [m[0] for m in messages if "upstream broke off its answer" in m[1]] == ["rollcap.worker"]
     # The worker keeps serving.
+    assert (await worker.post(chat_body())).status == 200
+
+
+async def test_a_passed_through_body_that_upstream_cuts_short_is_cut_the_same_way(
+    worker: Worker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with worker.session.post(
+        worker.url + CHAT,
+        data=orjson.dumps(chat_body()),
+        headers={"x-fake-scenario": "truncate"},
+    ) as response:
+        # Upstream's status and the bytes it sent, then the connection breaks as upstream's did:
+        # the client sees what it would have seen without the worker, as the model server does.
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()
+    messages = [(r.name, r.getMessage()) for r in caplog.records]
+    assert not [m for m in messages if "Exception in ASGI application" in m[1]]
+    assert [m[0] for m in messages if "upstream broke off its answer" in m[1]] == ["rollcap.worker"]
     assert (await worker.post(chat_body())).status == 200
 
 

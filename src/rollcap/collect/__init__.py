@@ -2,24 +2,24 @@
 
 ``collect`` is the I/O shell; the modules it drives are pure and usable on their own:
 planning and resume bookkeeping (``plan_rollouts``, ``ResumeState``), the output and failure
-lines and the trajectory projection (``rollout_line``, ``failure_line``, ``attach_capture``),
+lines and the trajectory projection (``rollout_line``, ``failure_line``, ``with_trajectory``),
 and the aggregate metrics (``MetricsAccumulator``).
 """
 
-from ._aggregate import CollectionSummary, MetricsAccumulator, percentile
-from ._lines import (
+from rollcap.collect._aggregate import CollectionSummary, MetricsAccumulator, percentile
+from rollcap.collect._lines import (
     CAPTURE_KEY,
     TRAJECTORY_KEY,
     TRAJECTORY_SCHEMA_VERSION,
     AgentAnswerError,
     ProjectionError,
-    attach_capture,
     check_agent_answer,
     failure_line,
     project_trajectory,
     rollout_line,
+    with_trajectory,
 )
-from ._plan import (
+from rollcap.collect._plan import (
     InputError,
     ResumeState,
     Rollout,
@@ -30,7 +30,7 @@ from ._plan import (
     plan_rollouts,
     planned_count,
 )
-from ._runner import ProgressCallback, collect
+from rollcap.collect._runner import ProgressCallback, collect
 
 __all__ = [
     "CAPTURE_KEY",
@@ -45,7 +45,6 @@ __all__ = [
     "ResumeState",
     "Rollout",
     "aggregate_metrics_path",
-    "attach_capture",
     "check_agent_answer",
     "collect",
     "count_tasks",
@@ -57,4 +56,5 @@ __all__ = [
     "planned_count",
     "project_trajectory",
     "rollout_line",
+    "with_trajectory",
 ]

@@ -13,9 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rollcap.collect._lines import CAPTURE_KEY
 from rollcap.metrics import METRIC_KEYS
-
-from ._lines import CAPTURE_KEY
 
 __all__ = ["CollectionSummary", "MetricsAccumulator", "percentile"]
 

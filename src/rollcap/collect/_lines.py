@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rollcap.collect._plan import Rollout
 from rollcap.ids import ATTEMPT_INDEX_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from rollcap.records import GAP_TRAJECTORY_PROJECTION_FAILED, Gap
-
-from ._plan import Rollout
 
 __all__ = [
     "CAPTURE_KEY",
@@ -23,11 +22,11 @@ __all__ = [
     "TRAJECTORY_SCHEMA_VERSION",
     "AgentAnswerError",
     "ProjectionError",
-    "attach_capture",
     "check_agent_answer",
     "failure_line",
     "project_trajectory",
     "rollout_line",
+    "with_trajectory",
 ]
 
 CAPTURE_KEY = "ng_model_call_capture"
@@ -76,7 +75,7 @@ def rollout_line(
     answer: Mapping[str, Any],
     attachment: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The output line of a finished rollout; ``attachment`` is ``attach_capture``'s result."""
+    """The output line of a finished rollout; ``attachment`` is ``with_trajectory``'s result."""
     line = {k: v for k, v in rollout.task.items() if k not in _RESERVED and k not in answer}
     line.update(_ids(rollout))
     line["response"] = answer["response"]
@@ -152,21 +151,18 @@ def _call_index(call: Mapping[str, Any]) -> int:
     return index
 
 
-def attach_capture(rollout: Rollout, attachment: dict[str, Any]) -> dict[str, Any]:
+def with_trajectory(rollout: Rollout, attachment: Mapping[str, Any]) -> dict[str, Any]:
     """The line's ``ng_model_call_capture`` and, when projection works, ``ng_trajectory``.
 
-    ``attachment`` is ``capture_attachment(..., payloads=True)``'s result and is changed in
-    place. The payloads move into the trajectory, so after a projection the attached calls
-    drop them; a failed projection keeps them and says so in ``gaps``.
+    ``attachment`` is ``capture_attachment(..., payloads=True)``'s result; it is left as it is.
+    The payloads move into the trajectory, so after a projection the attached calls drop them;
+    a failed projection keeps them and says so in ``gaps``.
     """
     calls = attachment.get("calls", [])
     try:
         trajectory = project_trajectory(rollout, calls)
     except ProjectionError as exc:
-        gaps = attachment.setdefault("gaps", [])
-        gaps.append(Gap(GAP_TRAJECTORY_PROJECTION_FAILED, str(exc)).to_dict())
-        return {CAPTURE_KEY: attachment}
-    for call in calls:
-        for key in _PAYLOAD_KEYS:
-            call.pop(key, None)
-    return {CAPTURE_KEY: attachment, TRAJECTORY_KEY: trajectory}
+        gap = Gap(GAP_TRAJECTORY_PROJECTION_FAILED, str(exc)).to_dict()
+        return {CAPTURE_KEY: {**attachment, "gaps": [*attachment.get("gaps", []), gap]}}
+    lean = [{k: v for k, v in call.items() if k not in _PAYLOAD_KEYS} for call in calls]
+    return {CAPTURE_KEY: {**attachment, "calls": lean}, TRAJECTORY_KEY: trajectory}

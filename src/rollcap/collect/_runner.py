@@ -29,12 +29,17 @@ from typing import IO, Any
 import aiohttp
 import orjson
 
-from rollcap._batch import BatchThread, call_each
-from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore, capture_attachment
-
-from ._aggregate import CollectionSummary, MetricsAccumulator
-from ._lines import AgentAnswerError, attach_capture, check_agent_answer, failure_line, rollout_line
-from ._plan import (
+from rollcap._runtime.batch import BatchThread, call_each
+from rollcap.attachment import capture_attachment
+from rollcap.collect._aggregate import CollectionSummary, MetricsAccumulator
+from rollcap.collect._lines import (
+    AgentAnswerError,
+    check_agent_answer,
+    failure_line,
+    rollout_line,
+    with_trajectory,
+)
+from rollcap.collect._plan import (
     ResumeState,
     Rollout,
     aggregate_metrics_path,
@@ -45,6 +50,7 @@ from ._plan import (
     planned_count,
     rollout_line_ids,
 )
+from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
 
 __all__ = ["ProgressCallback", "collect"]
 
@@ -163,7 +169,7 @@ class _Run:
         self.done = 0
         self.failed = 0
         # The capture's file work of every rollout (clear before, read after) goes through one
-        # thread in batches: a thread-pool hand-off per rollout cost more than the work itself.
+        # thread in batches: a thread-pool hand-off per rollout can cost more than the work.
         self.io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(
             call_each, "rollcap-collect-io"
         )
@@ -410,7 +416,7 @@ def _encode_rollout(
 ) -> bytes:
     attachment = None
     if store is not None:
-        attachment = attach_capture(
+        attachment = with_trajectory(
             rollout, capture_attachment(store, rollout.rollout_id, payloads=True)
         )
     line = rollout_line(rollout, answer, attachment)

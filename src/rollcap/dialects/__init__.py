@@ -1,8 +1,8 @@
 """The three model APIs rollcap speaks, one module each, behind one small registry (pure).
 
-``get_dialect(name)`` gives a ``Dialect``: the module's ``normalize``, its terminal-event test and
-a factory for its stream reassembler. ``reassemble(name, chunks)`` runs raw SSE bytes through the
-decoder and the reassembler in one go.
+``get_dialect(name)`` gives a ``Dialect``: the module's ``normalize`` and ``usage``, its
+terminal-event test, a factory for its stream reassembler and its error body.
+``reassemble(name, chunks)`` runs raw SSE bytes through the decoder and the reassembler in one go.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from rollcap.dialects._base import (
     StreamReassembler,
     ToolCall,
     Usage,
+    error_message,
+    openai_error,
 )
 from rollcap.sse import SSEDecoder, SSEEvent
 
@@ -31,7 +33,9 @@ __all__ = [
     "StreamReassembler",
     "ToolCall",
     "Usage",
+    "error_message",
     "get_dialect",
+    "openai_error",
     "reassemble",
 ]
 
@@ -43,6 +47,7 @@ class Dialect:
     usage: Callable[[Mapping[str, Any]], Usage]
     is_terminal_event: Callable[[SSEEvent], bool]
     new_reassembler: Callable[[], StreamReassembler]
+    error_body: Callable[[str, str], dict[str, Any]]
 
 
 _DIALECTS = {
@@ -52,6 +57,7 @@ _DIALECTS = {
         usage=module.usage,
         is_terminal_event=module.is_terminal_event,
         new_reassembler=module.StreamReassembler,
+        error_body=module.error_body,
     )
     for module in (responses, chat, messages)
 }

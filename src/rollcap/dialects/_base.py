@@ -1,6 +1,7 @@
 """Types and helpers shared by the dialect modules (pure).
 
-Each dialect module (``responses``, ``chat``, ``messages``) exposes the same four names:
+Each dialect module (``responses``, ``chat``, ``messages``) exposes the same six names, which
+the registry (``rollcap.dialects``) gathers into one ``Dialect`` record:
 
 - ``NAME``: the dialect's name as written in a raw record's ``dialect`` field.
 - ``normalize(response) -> Normalized``: read ids, status, usage, tool calls and reasoning from a
@@ -10,6 +11,9 @@ Each dialect module (``responses``, ``chat``, ``messages``) exposes the same fou
 - ``StreamReassembler``: ``feed(event)`` for each decoded SSE event, then ``finish()`` returns a
   ``Reassembly``: the object the non-streaming API would have returned (partial when the stream was
   cut) and how the stream ended. Neither method raises, whatever the input.
+- ``usage(response) -> Usage``: only the token counts of ``normalize``, for aggregation.
+- ``error_body(kind, message) -> dict``: an error answer in the dialect's own shape, as its SDKs
+  parse it; ``kind`` is the error's type (``invalid_request_error``, ``timeout``...).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from rollcap._json import as_count, as_dict
 from rollcap.sse import SSEEvent
 
 __all__ = [
@@ -30,15 +35,10 @@ __all__ = [
     "StreamReassembler",
     "ToolCall",
     "Usage",
-    "as_count",
-    "as_dict",
-    "as_str",
-    "json_type_name",
-    "load_json_object",
+    "error_message",
     "openai_error",
     "openai_usage",
     "parse_arguments",
-    "sum_counts",
     "total_tokens",
 ]
 
@@ -108,15 +108,6 @@ class StreamReassembler(Protocol):
     def finish(self) -> Reassembly: ...
 
 
-def as_count(value: object) -> int | None:
-    """A provider-reported count: an int >= 0 (a bool or float is not a count), else ``None``."""
-    if type(value) is int:  # what parsed JSON holds: one check, not two (a hot path)
-        return value if value >= 0 else None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
 def total_tokens(reported: object, tokens_in: int | None, tokens_out: int | None) -> int | None:
     """The provider's total when it reports one, else in + out when both are known."""
     total = as_count(reported)
@@ -143,23 +134,6 @@ def openai_usage(usage: Mapping[str, Any], inputs: str, outputs: str) -> Usage:
     )
 
 
-def sum_counts(*values: int | None) -> int | None:
-    """Sum of the known counts, ``None`` when none is known."""
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def as_dict(value: object) -> Mapping[str, Any]:
-    """``value`` when it is a JSON object, else an empty mapping (so lookups never raise)."""
-    if type(value) is dict:  # what parsed JSON holds; a Mapping check costs ten times more
-        return value
-    return value if isinstance(value, Mapping) else {}
-
-
-def as_str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def parse_arguments(value: object) -> Any:
     """Tool-call arguments: a JSON string is parsed, other text becomes ``{"_raw": text}``.
 
@@ -173,38 +147,26 @@ def parse_arguments(value: object) -> Any:
         return {"_raw": value}
 
 
-def json_type_name(value: object) -> str:
-    """The JSON name of a parsed value's type, for error messages a client can act on."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
-
-
-def load_json_object(text: str) -> dict[str, Any] | None:
-    """Parse an SSE data payload; ``None`` unless it is a JSON object."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def openai_error(
     message: str,
     *,
     kind: str = "invalid_request_error",
     param: str | None = None,
     code: str | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
-    """An OpenAI-shaped error object, the shape every OpenAI SDK parses."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    """An OpenAI-shaped error object, the shape every OpenAI SDK parses (Chat and Responses).
+
+    ``extra`` fields go into the error object after the four the API always sends.
+    """
+    return {"error": {"message": message, "type": kind, "param": param, "code": code, **extra}}
+
+
+def error_message(body: Mapping[str, Any]) -> str | None:
+    """The message of an error body in any dialect's shape: ``error.message`` (OpenAI,
+    Anthropic), an ``error`` that is itself a string, or a top-level ``message``."""
+    error = body.get("error")
+    for candidate in (as_dict(error).get("message"), error, body.get("message")):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    return None

@@ -26,16 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects._base import (
     Normalized,
     Reassembly,
     StreamOutcome,
     ToolCall,
     Usage,
-    as_count,
-    as_dict,
-    as_str,
-    load_json_object,
+    openai_error,
     openai_usage,
     parse_arguments,
 )
@@ -45,9 +43,11 @@ __all__ = [
     "NAME",
     "StreamReassembler",
     "add_tool_fragment",
+    "error_body",
     "is_terminal_event",
     "normalize",
     "tool_call_index",
+    "tool_call_parts",
     "usage",
     "wants_stream_usage",
 ]
@@ -92,6 +92,19 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
     return openai_usage(usage, "prompt", "completion")
 
 
+def tool_call_parts(item: Mapping[str, Any]) -> tuple[object, object]:
+    """A message's tool call as ``(name, arguments)``, as sent (either may be anything).
+
+    A function tool keeps them under ``function``; a custom (free-form) tool carries
+    ``{"name", "input"}`` under ``custom`` instead.
+    """
+    if "function" not in item and isinstance(item.get("custom"), Mapping):
+        custom = as_dict(item.get("custom"))
+        return custom.get("name"), custom.get("input")
+    function = as_dict(item.get("function"))
+    return function.get("name"), function.get("arguments")
+
+
 def _tool_calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
     calls: list[ToolCall] = []
     raw_calls = message.get("tool_calls")
@@ -99,13 +112,7 @@ def _tool_calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
         item = as_dict(raw)
         if not item:
             continue
-        # A custom (free-form) tool carries {"name", "input"} under "custom" instead of "function".
-        if "function" not in item and isinstance(item.get("custom"), Mapping):
-            custom = as_dict(item.get("custom"))
-            name, arguments = custom.get("name"), custom.get("input")
-        else:
-            function = as_dict(item.get("function"))
-            name, arguments = function.get("name"), function.get("arguments")
+        name, arguments = tool_call_parts(item)
         calls.append(ToolCall(as_str(item.get("id")), as_str(name), parse_arguments(arguments)))
     legacy = message.get("function_call")
     if isinstance(legacy, Mapping):
@@ -137,6 +144,11 @@ def _error_of(event: SSEEvent, chunk: Mapping[str, Any] | None) -> dict[str, Any
             return dict(chunk)
         return {"message": event.data}
     return None
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    """An error answer as the OpenAI API sends one."""
+    return openai_error(message, kind=kind)
 
 
 def is_terminal_event(event: SSEEvent) -> bool:
@@ -235,8 +247,8 @@ class _ChoiceParts:
             and choice.get("logprobs") is None
         ):
             # Nearly every chunk of a text answer: same effect as the general path below, for
-            # a fraction of its lookups (bench/proxy.py: record building is most of capture's
-            # cost on a stream).
+            # a fraction of its lookups. Record building runs on the event loop, once per
+            # chunk of every captured stream: keep it cheap.
             role = delta.get("role")
             if role and isinstance(role, str) and self.role is None:
                 self.role = role

@@ -23,22 +23,19 @@ from typing import Any
 
 import orjson
 
+from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects._base import (
     Normalized,
     Reassembly,
     StreamOutcome,
     ToolCall,
     Usage,
-    as_count,
-    as_dict,
-    as_str,
-    load_json_object,
     parse_arguments,
     total_tokens,
 )
 from rollcap.sse import SSEEvent
 
-__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize", "usage"]
+__all__ = ["NAME", "StreamReassembler", "error_body", "is_terminal_event", "normalize", "usage"]
 
 NAME = "messages"
 
@@ -137,6 +134,11 @@ def _event_kind(event: SSEEvent, data: Mapping[str, Any] | None) -> str | None:
 def _load(event: SSEEvent) -> dict[str, Any] | None:
     data = getattr(event, "data", None)
     return load_json_object(data) if isinstance(data, str) else None
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    """An error answer as the Anthropic API sends one; ``kind`` is e.g. ``overloaded_error``."""
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def is_terminal_event(event: SSEEvent) -> bool:

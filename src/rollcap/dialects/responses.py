@@ -16,22 +16,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects._base import (
     Normalized,
     Reassembly,
     StreamOutcome,
     ToolCall,
     Usage,
-    as_count,
-    as_dict,
-    as_str,
-    load_json_object,
+    openai_error,
     openai_usage,
     parse_arguments,
 )
 from rollcap.sse import SSEEvent
 
-__all__ = ["NAME", "StreamReassembler", "is_terminal_event", "normalize", "usage"]
+__all__ = ["NAME", "StreamReassembler", "error_body", "is_terminal_event", "normalize", "usage"]
 
 NAME = "responses"
 
@@ -126,6 +124,11 @@ def _part_texts(parts: list[Any], kind: str | None) -> list[str]:
 def _event_type(event: SSEEvent, data: Mapping[str, Any]) -> str | None:
     kind = data.get("type")
     return kind if isinstance(kind, str) else event.event
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    """An error answer as the OpenAI API sends one."""
+    return openai_error(message, kind=kind)
 
 
 def is_terminal_event(event: SSEEvent) -> bool:

@@ -13,9 +13,10 @@
   routed under the prefix (404).
 - ``GET /health``.
 
-Errors are JSON ``{"error": {"message", "type", ...}}``: a malformed body is 400; a model or
-resources server that cannot be reached or answers an error is 502 (504 when it is too slow),
-with ``server`` (``"model"`` or ``"resources"``) and, when it answered, its ``status``.
+Errors are JSON in the OpenAI shape, ``{"error": {"message", "type", "param", "code", ...}}``: a
+malformed body is 400; a model or resources server that cannot be reached or answers an error is
+502 (504 when it is too slow), with ``server`` (``"model"`` or ``"resources"``) and, when it
+answered, its ``status``.
 
 Every outgoing call of one app goes through one ``aiohttp.ClientSession``, opened in the app's
 lifespan and closed at shutdown.
@@ -34,10 +35,15 @@ import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rollcap.dialects._base import json_type_name
+from rollcap._json import json_type_name, load_json_object
+from rollcap._proxy.asgi import send_json
+from rollcap._proxy.forward import UpstreamFailure, read_whole, relay, upstream_failures
+from rollcap._proxy.relay import BreakOffMiddleware, StreamResponse
+from rollcap.dialects import error_message, openai_error
 from rollcap.gym._http import (
     InvalidRequest,
     error_response,
@@ -45,13 +51,8 @@ from rollcap.gym._http import (
     read_json_object,
 )
 from rollcap.gym._resources import VerifyResultError, check_verify_result
-from rollcap.routing import (
-    ROLLOUT_PREFIX,
-    SCOPE_ROLLOUT_ID_KEY,
-    split_prefix,
-    url_path_for_request,
-    url_path_for_run,
-)
+from rollcap.routing import strip_prefix, url_path_for_request, url_path_for_run
+from rollcap.sse import is_event_stream
 
 __all__ = [
     "AgentSettings",
@@ -129,15 +130,9 @@ class DownstreamError(Exception):
 
 def _error_detail(raw: bytes) -> str:
     """The message of an error body, for the agent's own error: its ``error.message`` if any."""
-    try:
-        parsed = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
-        error = parsed.get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-        if isinstance(message, str) and message:
-            return message[:_ERROR_DETAIL_CHARS]
+    message = error_message(load_json_object(raw) or {})
+    if message is not None:
+        return message[:_ERROR_DETAIL_CHARS]
     text = raw.decode("utf-8", "replace").strip()
     return text[:_ERROR_DETAIL_CHARS] or "(empty body)"
 
@@ -195,9 +190,8 @@ class ResponsesAgent:
             headers["x-session-id"] = session_id
         upstream = await self._open_model(url, self.with_model(params), headers)
         relayed = {k: upstream.headers[k] for k in _RELAYED_HEADERS if k in upstream.headers}
-        content_type = upstream.headers.get("content-type", "")
-        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            return StreamingResponse(_relay(upstream), status_code=upstream.status, headers=relayed)
+        if is_event_stream(upstream.headers.get("content-type")):
+            return StreamResponse(relay(upstream, None), upstream.status, relayed)
         raw = await self._read_model(upstream, url)
         return Response(raw, status_code=upstream.status, headers=relayed)
 
@@ -209,33 +203,29 @@ class ResponsesAgent:
             return {**params, "model": self.settings.model_name}
         return params
 
-    def _model_timeout(self, url: str) -> DownstreamError:
-        return DownstreamError(
-            f"model server at {url} sent nothing for {self.settings.model_read_timeout_s:g} s",
-            server="model",
-            status=504,
-        )
+    def _model_failure(self, url: str, failure: UpstreamFailure) -> DownstreamError:
+        if failure.timed_out:
+            seconds = self.settings.model_read_timeout_s
+            message = f"model server at {url} sent nothing for {seconds:g} s"
+        else:
+            message = f"model server {failure.what} at {url}: {failure.detail}"
+        return DownstreamError(message, server="model", status=failure.status)
 
     async def _open_model(
         self, url: str, params: dict[str, Any], headers: dict[str, str]
     ) -> aiohttp.ClientResponse:
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=self.settings.connect_timeout_s,
+            sock_read=self.settings.model_read_timeout_s,
+        )
         try:
-            return await self.session.post(
-                url,
-                data=orjson.dumps(params),
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    sock_connect=self.settings.connect_timeout_s,
-                    sock_read=self.settings.model_read_timeout_s,
-                ),
-            )
-        except TimeoutError:
-            raise self._model_timeout(url) from None
-        except aiohttp.ClientError as exc:
-            raise DownstreamError(
-                f"model server unreachable at {url}: {exc}", server="model"
-            ) from None
+            with upstream_failures():
+                return await self.session.post(
+                    url, data=orjson.dumps(params), headers=headers, timeout=timeout
+                )
+        except UpstreamFailure as failure:
+            raise self._model_failure(url, failure) from None
 
     async def call_model(self, url_path: str, params: dict[str, Any]) -> dict[str, Any]:
         """POST a Responses request to the model server at ``url_path``; the answer object."""
@@ -248,40 +238,30 @@ class ResponsesAgent:
     async def _read_model(self, upstream: aiohttp.ClientResponse, url: str) -> bytes:
         """The model server's whole answer; its failures as the agent reports them."""
         try:
-            return await upstream.read()
-        except TimeoutError:
-            raise self._model_timeout(url) from None
-        except aiohttp.ClientError as exc:
-            raise DownstreamError(
-                f"model server broke off its answer from {url}: {exc}", server="model"
-            ) from None
-        finally:
-            upstream.release()
+            return await read_whole(upstream)
+        except UpstreamFailure as failure:
+            raise self._model_failure(url, failure) from None
 
     async def verify(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST ``payload`` to the resources server's ``/verify``; its result, reward a float."""
         url = self.settings.resources_base_url + "/verify"
+        timeout = aiohttp.ClientTimeout(
+            total=self.settings.verify_timeout_s, sock_connect=self.settings.connect_timeout_s
+        )
+        headers = {"content-type": "application/json"}
         try:
-            async with self.session.post(
-                url,
-                data=orjson.dumps(payload),
-                headers={"content-type": "application/json"},
-                timeout=aiohttp.ClientTimeout(
-                    total=self.settings.verify_timeout_s,
-                    sock_connect=self.settings.connect_timeout_s,
-                ),
-            ) as answer:
-                status, raw = answer.status, await answer.read()
-        except TimeoutError:
-            raise DownstreamError(
-                f"resources server at {url} did not answer in {self.settings.verify_timeout_s:g} s",
-                server="resources",
-                status=504,
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise DownstreamError(
-                f"resources server unreachable at {url}: {exc}", server="resources"
-            ) from None
+            with upstream_failures():
+                answer = await self.session.post(
+                    url, data=orjson.dumps(payload), headers=headers, timeout=timeout
+                )
+            status, raw = answer.status, await read_whole(answer)
+        except UpstreamFailure as failure:
+            if failure.timed_out:
+                seconds = self.settings.verify_timeout_s
+                message = f"resources server at {url} did not answer in {seconds:g} s"
+            else:
+                message = f"resources server {failure.what} at {url}: {failure.detail}"
+            raise DownstreamError(message, server="resources", status=failure.status) from None
         result = _json_answer("resources", url, status, raw)
         try:
             return check_verify_result(result)
@@ -298,25 +278,14 @@ def _json_answer(server: str, url: str, status: int, raw: bytes) -> dict[str, An
             server=server,
             server_status=status,
         )
-    try:
-        answer = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        answer = None
-    if not isinstance(answer, dict):
+    answer = load_json_object(raw)
+    if answer is None:
         raise DownstreamError(
             f"{server} server answered {status} from {url} with a body that is not a JSON object",
             server=server,
             server_status=status,
         )
     return answer
-
-
-async def _relay(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in upstream.content.iter_any():
-            yield chunk
-    finally:
-        upstream.release()
 
 
 class SimpleResponsesAgent(ResponsesAgent):
@@ -351,51 +320,28 @@ class SimpleResponsesAgent(ResponsesAgent):
         return result
 
 
-async def _send_json(send: Any, status: int, message: str, kind: str) -> None:
-    body = orjson.dumps({"error": {"message": message, "type": kind}})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 class _SelfCallPrefix:
     """Strip ``/ng-rollout/<id>`` from a self-call into a child scope that keeps the id.
 
     Pure ASGI: it only rewrites the scope, so responses (streams included) pass untouched.
     """
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        # Read from the path as sent: decoded, "a%2Fb" would pass as the id "a" plus "/b".
-        raw_path = scope.get("raw_path")
-        sent = raw_path.decode("latin-1") if raw_path else scope["path"]
         try:
-            rollout_id, _ = split_prefix(sent)
+            rollout_id, child = strip_prefix(scope)
         except ValueError as exc:
-            await _send_json(send, 400, str(exc), "invalid_request_error")
+            await send_json(send, 400, orjson.dumps(openai_error(str(exc))))
             return
-        if rollout_id is None:
-            await self.app(scope, receive, send)
-            return
-        path = scope["path"][len(ROLLOUT_PREFIX) + len(rollout_id) :] or "/"
-        if path != RESPONSES_PATH:
+        if rollout_id is not None and child["path"] != RESPONSES_PATH:
             message = f"only {RESPONSES_PATH} is served under the rollout prefix"
-            await _send_json(send, 404, message, "not_found_error")
+            await send_json(send, 404, orjson.dumps(openai_error(message, kind="not_found_error")))
             return
-        child = {**scope, "path": path, "raw_path": path.encode(), SCOPE_ROLLOUT_ID_KEY: rollout_id}
         await self.app(child, receive, send)
 
 
@@ -448,7 +394,8 @@ def create_agent_app(agent: ResponsesAgent) -> Starlette:
             Route("/health", health, methods=["GET"]),
         ],
         lifespan=lifespan,
-        middleware=[Middleware(_SelfCallPrefix)],
+        # A model stream that breaks off mid-way breaks the self-call's client stream the same way.
+        middleware=[Middleware(BreakOffMiddleware, log=log), Middleware(_SelfCallPrefix)],
     )
     app.state.agent = agent
     return app

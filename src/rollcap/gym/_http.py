@@ -8,7 +8,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rollcap.dialects._base import json_type_name
+from rollcap._json import json_type_name
+from rollcap.dialects import openai_error
 
 __all__ = ["InvalidRequest", "error_response", "json_response", "read_json_object"]
 
@@ -26,8 +27,8 @@ def json_response(payload: object, status: int = 200) -> Response:
 
 
 def error_response(status: int, message: str, kind: str, /, **extra: Any) -> Response:
-    """``{"error": {"message", "type", ...extra}}``: the OpenAI error shape SDKs already parse."""
-    return json_response({"error": {"message": message, "type": kind, **extra}}, status)
+    """``{"error": {"message", "type", "param", "code", ...extra}}``: the OpenAI error shape."""
+    return json_response(openai_error(message, kind=kind, **extra), status)
 
 
 async def read_json_object(request: Request) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rollcap.dialects._base import json_type_name
+from rollcap._json import json_type_name
 from rollcap.gym._http import InvalidRequest
 from rollcap.gym._resources import ResourcesServer
 

@@ -7,10 +7,10 @@ A resources server is a ``ResourcesServer`` subclass served by ``create_resource
 - ``POST /seed_session``: whatever ``seed_session`` returns (``{}`` by default).
 - ``GET /health``: ``{"status": "ok", "name": ...}``.
 
-Errors are JSON, ``{"error": {"message", "type"}}``, never a traceback: a body that is not a
-JSON object, or an ``InvalidRequest`` raised by the server's method, is 400; any other exception,
-or a verify result without a numeric reward, is 500 with a message naming the problem (the
-traceback goes to the ``rollcap.gym`` log).
+Errors are JSON in the OpenAI shape, ``{"error": {"message", "type", "param", "code"}}``, never a
+traceback: a body that is not a JSON object, or an ``InvalidRequest`` raised by the server's
+method, is 400; any other exception, or a verify result without a numeric reward, is 500 with a
+message naming the problem (the traceback goes to the ``rollcap.gym`` log).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap.dialects._base import json_type_name
+from rollcap._json import json_type_name
 from rollcap.gym._http import (
     InvalidRequest,
     error_response,

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from rollcap.dialects._base import openai_error
+from rollcap.dialects import openai_error
 from rollcap.local._engine import LocalEngine, Prompt
 from rollcap.local._protocol import (
     ChatCall,

@@ -9,7 +9,7 @@ Every generation starts from an empty context and evaluates its whole prompt. ll
 otherwise reuse the longest prefix it still holds from the previous call and evaluate only the
 rest, in other batches, which rounds differently: the same request at temperature 0 could then
 get another answer depending on what the engine was asked before. Determinism costs the prompt's
-re-evaluation on every call (bench/local.py measures it).
+re-evaluation on every call.
 
 Generation is one loop for both ways of answering, so a streamed answer's text and counts are
 the non-streamed answer's. It follows llama-cpp-python's ``create_chat_completion``: the

@@ -2,7 +2,7 @@
 
 Every call of a multi-turn rollout sends the whole conversation again. To show (and store) only
 what is new, each call's request is read as chat messages, in the canonical form the model
-server's conversation fingerprints use (``rollcap.server._conversation``: ids, empty content and
+server's conversation fingerprints use (``rollcap.conversation``: ids, empty content and
 JSON key order do not count), whatever dialect the client spoke:
 
 - a call's *parent* is the earlier call of the rollout whose request messages, followed by its
@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 # The one import of the conversation fingerprints: they move with the pure core.
-from rollcap.server._conversation import answer_fingerprint, fingerprints
+from rollcap.conversation import answer_fingerprint, fingerprints
 from rollcap.translate import (
     messages_request_to_chat,
     namespaced_tool_names,

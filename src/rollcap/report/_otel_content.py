@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from rollcap.dialects._base import as_dict, as_str
+from rollcap._json import as_dict, as_str
 
 __all__ = [
     "cap_json_list",

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rollcap.dialects._base import as_count, as_dict, as_str
+from rollcap._json import as_count, as_dict, as_str
 from rollcap.records import Gap, ModelCallRecord, RawRecord, error_category
 from rollcap.report._otel_content import (
     cap_json_list,

@@ -13,6 +13,7 @@ standard ``OTEL_EXPORTER_OTLP_*`` variables, which the exporter reads itself.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from collections.abc import Sequence
 
@@ -23,8 +24,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from rollcap import __version__
 from rollcap.report._otel_map import SpanData
+
+# The package's own metadata: ``rollcap.__version__`` is the public API's, a layer above.
+_VERSION = importlib.metadata.version("rollcap")
 
 __all__ = ["SpanSender", "traces_endpoint"]
 
@@ -58,7 +61,7 @@ class SpanSender:
     def __init__(self, exporter: SpanExporter | None = None) -> None:
         self._exporter = exporter if exporter is not None else OTLPSpanExporter()
         self._resource = _resource()
-        self._scope = InstrumentationScope("rollcap", __version__)
+        self._scope = InstrumentationScope("rollcap", _VERSION)
 
     def _span(self, span: SpanData) -> ReadableSpan:
         parent = None

@@ -1,5 +1,5 @@
-"""The model server's own answers: error bodies in the client's dialect, and whole bodies read
-from upstream with the failures a read can end in."""
+"""The model server's own answers: error bodies in the client's dialect, the answer to an upstream
+that failed, and whole bodies read from upstream."""
 
 from __future__ import annotations
 
@@ -9,16 +9,19 @@ import aiohttp
 import orjson
 from starlette.responses import Response
 
-from rollcap.dialects._base import openai_error
-from rollcap.server._recorder import CallFailure, CallRecorder
+from rollcap._proxy import forward
+from rollcap._proxy.forward import UpstreamFailure
+from rollcap.dialects import get_dialect, openai_error
+from rollcap.server._recorder import CallRecorder
 
-__all__ = ["error_body", "error_response", "json_response", "read_whole"]
+__all__ = ["error_body", "error_response", "failure_answer", "json_response", "read_whole"]
 
 
 def error_body(dialect: str | None, kind: str, message: str) -> bytes:
-    if dialect == "messages":
-        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-    return orjson.dumps(openai_error(message, kind=kind))
+    """The error as the client's dialect shapes it; OpenAI's shape off the dialect routes."""
+    if dialect is None:
+        return orjson.dumps(openai_error(message, kind=kind))
+    return orjson.dumps(get_dialect(dialect).error_body(kind, message))
 
 
 def json_response(body: bytes, status: int) -> Response:
@@ -29,23 +32,26 @@ def error_response(dialect: str | None, status: int, kind: str, message: str) ->
     return json_response(error_body(dialect, kind, message), status)
 
 
+def failure_answer(
+    failure: UpstreamFailure, dialect: str | None, recorder: CallRecorder | None
+) -> Response:
+    """The client's answer to an upstream that gave none, in its dialect; the record notes why."""
+    if recorder is not None and failure.category is not None:
+        recorder.upstream_failed(failure.category)
+    return error_response(dialect, failure.status, failure.kind, str(failure))
+
+
 async def read_whole(
     upstream: aiohttp.ClientResponse, dialect: str | None, recorder: CallRecorder | None
 ) -> bytes | Response:
     """The upstream's whole body, or the error answer for a read that timed out or broke off.
 
-    The response is released either way; the first byte's time is the call's TTFT.
+    The response is released either way; the time the body arrived is the call's TTFT.
     """
     try:
-        raw = await upstream.read()
-        if recorder is not None:
-            recorder.first_byte(time.monotonic())
-        return raw
-    except TimeoutError:
-        if recorder is not None:
-            recorder.fail(CallFailure.TIMEOUT)
-        return error_response(dialect, 504, "timeout", "upstream too slow")
-    except aiohttp.ClientError as exc:
-        return error_response(dialect, 502, "api_error", f"upstream broke off its answer: {exc}")
-    finally:
-        upstream.release()
+        raw = await forward.read_whole(upstream)
+    except UpstreamFailure as failure:
+        return failure_answer(failure, dialect, recorder)
+    if recorder is not None:
+        recorder.first_byte(time.monotonic())
+    return raw

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 import anyio.to_thread
@@ -19,19 +19,27 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap._http import RESPONSE_DROP, forwarding_session
-from rollcap._relay import StreamResponse, UpstreamBroke
-from rollcap.server._answers import error_body, json_response, read_whole
+from rollcap._json import load_json_object
+from rollcap._proxy.forward import (
+    UpstreamFailure,
+    forwarding_session,
+    open_upstream,
+    pass_through,
+    relay,
+)
+from rollcap._proxy.relay import StreamResponse
+from rollcap.server._answers import error_body, failure_answer, json_response, read_whole
+from rollcap.server._fresh import new_model_call_id
 from rollcap.server._middleware import (
     DIALECT_ROUTES,
     RECORDER_KEY,
     CaptureMiddleware,
     CaptureState,
 )
-from rollcap.server._recorder import CallFailure, CallRecorder
+from rollcap.server._recorder import CallRecorder
 from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation, error_for_client
 from rollcap.server._upstream import LOCAL_MODEL, Backend, backend_for
-from rollcap.sse import SSEDecoder, encode_event
+from rollcap.sse import SSEDecoder, encode_event, is_event_stream
 from rollcap.store import CaptureStore
 
 if TYPE_CHECKING:
@@ -114,7 +122,7 @@ class _Forwarder:
         opened = await self._open(request, path, await request.body(), dialect, recorder)
         if isinstance(opened, Response):
             return opened
-        return await self._pass_through(opened, recorder)
+        return await pass_through(opened, recorder)
 
     async def _open(
         self,
@@ -127,71 +135,11 @@ class _Forwarder:
         """The upstream's response, or the server's own error answer when there is none."""
         assert self.session is not None, "the server's lifespan did not start"
         headers = self.backend.headers(request.headers.items())
+        url = self.backend.url_for(path)
         try:
-            return await self.session.request(
-                request.method, self.backend.url_for(path), data=body, headers=headers
-            )
-        except TimeoutError:
-            if recorder is not None:
-                recorder.fail(CallFailure.TIMEOUT)
-            return json_response(
-                error_body(dialect, "timeout", "upstream did not answer in time"), 504
-            )
-        except aiohttp.ClientError as exc:
-            if recorder is not None:
-                recorder.fail(CallFailure.CONNECTION)
-            return json_response(
-                error_body(dialect, "api_connection_error", f"upstream unreachable: {exc}"), 502
-            )
-
-    async def _pass_through(
-        self, upstream: aiohttp.ClientResponse, recorder: CallRecorder | None
-    ) -> Response:
-        out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_DROP}
-        content_type = upstream.headers.get("content-type", "")
-        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            return StreamResponse(self._stream(upstream, recorder), upstream.status, out_headers)
-        chunks: list[bytes] = []
-        try:
-            async for chunk in upstream.content.iter_any():
-                if recorder is not None:
-                    recorder.first_byte(time.monotonic())
-                chunks.append(chunk)
-        except TimeoutError:
-            if recorder is not None:
-                recorder.fail(CallFailure.TIMEOUT)
-        except aiohttp.ClientError:
-            # The body was cut short of its length: the client gets the same status, the same
-            # bytes and the same broken connection.
-            length = upstream.headers.get("content-length")
-            cut_headers = (
-                out_headers if length is None else {**out_headers, "content-length": length}
-            )
-            return _CutResponse(b"".join(chunks), upstream.status, cut_headers)
-        finally:
-            upstream.release()
-        return Response(b"".join(chunks), status_code=upstream.status, headers=out_headers)
-
-    async def _stream(
-        self, upstream: aiohttp.ClientResponse, recorder: CallRecorder | None
-    ) -> AsyncGenerator[bytes, None]:
-        try:
-            async for chunk in upstream.content.iter_any():
-                if recorder is not None:
-                    recorder.first_byte(time.monotonic())
-                yield chunk
-        except TimeoutError as exc:
-            # Upstream went silent mid-stream: the client's stream is broken off (a clean end
-            # would pass for a finished answer) and the record says timeout.
-            if recorder is not None:
-                recorder.fail(CallFailure.TIMEOUT)
-            raise UpstreamBroke("upstream went silent mid-stream") from exc
-        except aiohttp.ClientError as exc:
-            # Upstream broke the stream: the client's stream breaks the same way (no clean end
-            # that an SDK could take for a finished answer), and the record says so.
-            raise UpstreamBroke(str(exc)) from exc
-        finally:
-            upstream.release()
+            return await open_upstream(self.session, request.method, url, body, headers)
+        except UpstreamFailure as failure:
+            return failure_answer(failure, dialect, recorder)
 
     async def _translated(
         self, request: Request, dialect: str, recorder: CallRecorder | None
@@ -201,7 +149,9 @@ class _Forwarder:
             client_request = orjson.loads(await request.body())
             if not isinstance(client_request, dict):
                 raise ValueError("the request body must be a JSON object")
-            translation = Translation(dialect, client_request)
+            translation = Translation(
+                dialect, client_request, answer_id=new_model_call_id(), created=time.time()
+            )
         except (orjson.JSONDecodeError, ValueError) as exc:
             return json_response(
                 error_body(dialect, "invalid_request_error", f"invalid request: {exc}"), 400
@@ -211,8 +161,7 @@ class _Forwarder:
         if isinstance(opened, Response):
             return opened
         upstream = opened
-        content_type = upstream.headers.get("content-type", "")
-        if 200 <= upstream.status < 300 and content_type.startswith("text/event-stream"):
+        if 200 <= upstream.status < 300 and is_event_stream(upstream.headers.get("content-type")):
             return StreamResponse(
                 self._translated_stream(upstream, translation.stream(), recorder),
                 200,
@@ -223,11 +172,8 @@ class _Forwarder:
             return raw
         if not 200 <= upstream.status < 300:
             return json_response(error_for_client(dialect, upstream.status, raw), upstream.status)
-        try:
-            chat = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            chat = None
-        if not isinstance(chat, dict):
+        chat = load_json_object(raw)
+        if chat is None:
             return json_response(
                 error_body(dialect, "api_error", "upstream answered with invalid JSON"), 502
             )
@@ -239,10 +185,10 @@ class _Forwarder:
         translator: StreamTranslator,
         recorder: CallRecorder | None,
     ) -> AsyncGenerator[bytes, None]:
-        # The upstream's chunks come through the pass-through reader, so a timeout, a broken
+        # The upstream's chunks come through the forwarder's relay, so a timeout, a broken
         # stream and the release of the connection are handled in one place.
         decoder = SSEDecoder()
-        async with contextlib.aclosing(self._stream(upstream, recorder)) as chunks:
+        async with contextlib.aclosing(relay(upstream, recorder)) as chunks:
             async for chunk in chunks:
                 out = [e for event in decoder.feed(chunk) for e in translator.feed(event)]
                 if out:
@@ -251,24 +197,6 @@ class _Forwarder:
         out += translator.finish()
         if out:
             yield b"".join(encode_event(e) for e in out)
-
-
-class _CutResponse(Response):
-    """Headers and a partial body, then the connection is dropped: what upstream did."""
-
-    def __init__(self, body: bytes, status: int, headers: dict[str, str]) -> None:
-        super().__init__(status_code=status)
-        self.partial = body
-        self.raw_headers = [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
-        ]
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-        await send({"type": "http.response.body", "body": self.partial, "more_body": True})
-        raise UpstreamBroke("upstream closed the connection before the end of the body")
 
 
 def create_model_app(settings: ModelServerSettings) -> Starlette:

@@ -11,20 +11,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import anyio.to_thread
 import orjson
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rollcap._relay import break_off_on, quiet_deliberate_breaks, upstream_broke
-from rollcap.records import new_model_call_id
-from rollcap.routing import ROLLOUT_PREFIX, SCOPE_ROLLOUT_ID_KEY, split_prefix
-from rollcap.server._recorder import CallFailure, CallRecorder, Clock
+from rollcap._proxy.asgi import send_json
+from rollcap._proxy.relay import break_off_on, quiet_deliberate_breaks, upstream_broke
+from rollcap.dialects import openai_error
+from rollcap.routing import strip_prefix
+from rollcap.server._fresh import new_model_call_id, now
+from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._writer import RecordWriter
 from rollcap.store import CaptureStore
 
@@ -39,13 +39,6 @@ DIALECT_ROUTES = {
 }
 RECORDER_KEY = "rollcap.recorder"
 CALL_ID_HEADER = b"x-rollcap-model-call-id"
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Any]
-Send = Callable[[Message], Any]
-ASGIApp = Callable[[Scope, Receive, Send], Any]
-
 
 # What a send to a client that went away raises, depending on the server and the response class.
 _CLIENT_GONE = (asyncio.CancelledError, OSError, ClientDisconnect)
@@ -66,32 +59,6 @@ class CaptureState:
         self.writer = None if self.store is None else RecordWriter(self.store)
 
 
-def _now() -> Clock:
-    return Clock(time.time(), time.monotonic())
-
-
-async def _bad_request(send: Send, message: str) -> None:
-    body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error"}})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 400,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _send_all(send: Send, held: list[Message]) -> None:
-    messages = held[:]
-    held.clear()
-    for message in messages:
-        await send(message)
-
-
 class CaptureMiddleware:
     def __init__(self, app: ASGIApp, state: CaptureState) -> None:
         self.app = app
@@ -107,27 +74,12 @@ class CaptureMiddleware:
         await break_off_on(self._route, scope, receive, send, log)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The id is read from the path as sent: in the decoded path "a%2Fb" would pass as the
-        # id "a" followed by "/b".
-        raw_path = scope.get("raw_path")
-        sent = raw_path.decode("latin-1") if raw_path else scope["path"]
         try:
-            rollout_id, _ = split_prefix(sent)
+            rollout_id, scope = strip_prefix(scope)
         except ValueError as exc:
-            await _bad_request(send, str(exc))
+            await send_json(send, 400, orjson.dumps(openai_error(str(exc))))
             return
-        path = scope["path"]
-        if rollout_id is not None:
-            # A valid id has no escapes, so the decoded path carries the same prefix.
-            path = path[len(ROLLOUT_PREFIX) + len(rollout_id) :] or "/"
-            # A child scope, as a mounted sub-application gets: the app routes the bare path.
-            scope = {
-                **scope,
-                "path": path,
-                "raw_path": path.encode(),
-                SCOPE_ROLLOUT_ID_KEY: rollout_id,
-            }
-        dialect = DIALECT_ROUTES.get(path) if scope["method"] == "POST" else None
+        dialect = DIALECT_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
         if dialect is None:
             await self.app(scope, receive, send)
             return
@@ -138,17 +90,6 @@ class CaptureMiddleware:
         if self.state.writer is None:  # capture off
             await self.app(scope, receive, send)
             return
-        await self._capture(scope, receive, send, rollout_id, dialect, self.state.writer)
-
-    async def _capture(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        rollout_id: str,
-        dialect: str,
-        writer: RecordWriter,
-    ) -> None:
         session_id = None
         for name, value in scope.get("headers", ()):
             if name == b"x-session-id":
@@ -157,102 +98,30 @@ class CaptureMiddleware:
             model_call_id=new_model_call_id(),
             dialect=dialect,
             server_name=self.state.server_name,
-            start=_now(),
+            start=now(),
             client_session_id=session_id,
         )
-        scope = {**scope, RECORDER_KEY: recorder}
-        request_chunks: list[bytes] = []
-        client_gone = False
-        held: list[Message] = []
-
-        async def capture_receive() -> Message:
-            nonlocal client_gone
-            message: Message = await receive()
-            if message["type"] == "http.request":
-                request_chunks.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    recorder.request(b"".join(request_chunks))
-            elif message["type"] == "http.disconnect":
-                client_gone = True
-            return message
-
-        async def capture_send(message: Message) -> None:
-            kind = message["type"]
-            if kind == "http.response.start":
-                headers = message.get("headers", [])
-                recorder.response_start(
-                    message["status"],
-                    {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers},
-                )
-                message = {
-                    **message,
-                    "headers": [*headers, (CALL_ID_HEADER, recorder.model_call_id.encode())],
-                }
-                if recorder.streaming:
-                    await send(message)
-                else:
-                    # Held with the body: one write to the client instead of two, the second
-                    # an fsync later (bench/proxy.py: 15-20% less client CPU per call).
-                    held.append(message)
-                return
-            if kind != "http.response.body" or recorder.finished:
-                await send(message)
-                return
-            terminal = recorder.body(message.get("body", b""))
-            more = message.get("more_body", False)
-            if more and not terminal:
-                if recorder.streaming:
-                    await send(message)
-                else:
-                    held.append(message)
-                return
-            recorder.finish(_now())
-            await self._write(writer, rollout_id, recorder)
-            held.append(message)
-            await _send_all(send, held)
-
+        call = _CapturedCall(self, self.state.writer, rollout_id, recorder, receive, send)
         try:
-            await self.app(scope, capture_receive, capture_send)
+            await self.app({**scope, RECORDER_KEY: recorder}, call.receive, call.send)
         except BaseException as exc:
-            if not recorder.finished:
-                failure: CallFailure | None
-                if upstream_broke(exc):
-                    failure = None  # upstream's doing: the record says truncated / unparseable
-                elif client_gone or isinstance(exc, _CLIENT_GONE):
-                    failure = CallFailure.CANCELLED
-                else:
-                    failure = CallFailure.EXCEPTION
-                recorder.finish(_now(), failure)
-                await self._write(writer, rollout_id, recorder)
-            if held and upstream_broke(exc) and not client_gone:
-                # Upstream cut its answer short: the client gets what upstream sent before
-                # the break, as it would without capture, then the same broken connection.
-                with contextlib.suppress(OSError, ClientDisconnect):
-                    await _send_all(send, held)
+            await call.raised(exc)
             raise
-        if not recorder.finished:
-            # The app returned without finishing the body: the client went away (a streaming
-            # response stops when it hears the disconnect) or the app never answered.
-            failure = CallFailure.CANCELLED if client_gone else CallFailure.EXCEPTION
-            recorder.finish(_now(), failure)
-            await self._write(writer, rollout_id, recorder)
-            if held and not client_gone:
-                await _send_all(send, held)
+        await call.returned()
 
-    async def _write(self, writer: RecordWriter, rollout_id: str, recorder: CallRecorder) -> None:
+    async def write(self, writer: RecordWriter, rollout_id: str, recorder: CallRecorder) -> None:
         """Build the record and wait until the writer thread made it durable; a failure is
         logged only.
 
         A caller cancelled meanwhile (the client went away, the server stops) leaves at once,
         and its record is written all the same: it is queued already, and its outcome is
-        accounted for when it comes. (An anyio shield kept the caller waiting instead, for
-        15-25 us more per call: bench/proxy.py.)
+        accounted for when it comes.
         """
         call_id = recorder.model_call_id
         try:
-            # Built here, not in the thread: the GIL serialises the work either way, and a
-            # worker thread holding it makes the event loop wait for it back
-            # (bench/proxy.py: streams +10-15% calls/s this way).
+            # Built here, on the event loop, not in the writer thread: the GIL serialises the
+            # work either way, and a thread holding it makes the loop wait for it back. It is
+            # built once per call on the loop: keep it cheap.
             durable = writer.submit(rollout_id, recorder.record())
         except Exception as exc:
             await self._failed(writer, rollout_id, call_id, exc)
@@ -299,3 +168,127 @@ class CaptureMiddleware:
                 rollout_id,
                 getattr(marker_exc, "strerror", None) or marker_exc,
             )
+
+
+class _CapturedCall:
+    """One captured call between the app and the client (Starlette's responder shape).
+
+    ``receive`` and ``send`` wrap the client's and feed the recorder; the call ends in
+    ``send`` (the end of the answer), ``raised`` or ``returned``, each writing the one record.
+    Every message goes out unchanged and in order; two wait in ``held`` until the record is
+    durable: the one that completes a stream's terminal event, and a non-streamed answer (its
+    start too: one write to the client instead of two, the second an fsync later).
+    """
+
+    __slots__ = (
+        "_capture",
+        "_client_receive",
+        "_client_send",
+        "_held",
+        "_request",
+        "_rollout_id",
+        "_writer",
+        "client_gone",
+        "recorder",
+    )
+
+    def __init__(
+        self,
+        capture: CaptureMiddleware,
+        writer: RecordWriter,
+        rollout_id: str,
+        recorder: CallRecorder,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        self._capture = capture
+        self._writer = writer
+        self._rollout_id = rollout_id
+        self.recorder = recorder
+        self._client_receive = receive
+        self._client_send = send
+        self._request: list[bytes] = []
+        self._held: list[Message] = []
+        self.client_gone = False
+
+    async def receive(self) -> Message:
+        message = await self._client_receive()
+        if message["type"] == "http.request":
+            self._request.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                self.recorder.request(b"".join(self._request))
+        elif message["type"] == "http.disconnect":
+            self.client_gone = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        recorder = self.recorder
+        kind = message["type"]
+        if kind == "http.response.start":
+            headers = message.get("headers", [])
+            recorder.response_start(
+                message["status"],
+                {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers},
+            )
+            message = {
+                **message,
+                "headers": [*headers, (CALL_ID_HEADER, recorder.model_call_id.encode())],
+            }
+            await self._pass(message)
+            return
+        if kind != "http.response.body" or recorder.finished:
+            await self._client_send(message)
+            return
+        terminal = recorder.body(message.get("body", b""))
+        if message.get("more_body", False) and not terminal:
+            await self._pass(message)
+            return
+        recorder.finish(now())
+        await self._write()
+        self._held.append(message)
+        await self._release()
+
+    async def raised(self, exc: BaseException) -> None:
+        """The app raised: the call's record, then what upstream sent before it broke off."""
+        broke = upstream_broke(exc)
+        if not self.recorder.finished:
+            failure: CallFailure | None
+            if broke:
+                failure = None  # upstream's doing: the record says truncated / unparseable
+            elif self.client_gone or isinstance(exc, _CLIENT_GONE):
+                failure = CallFailure.CANCELLED
+            else:
+                failure = CallFailure.EXCEPTION
+            self.recorder.finish(now(), failure)
+            await self._write()
+        if self._held and broke and not self.client_gone:
+            # Upstream cut its answer short: the client gets what upstream sent before the
+            # break, as it would without capture, then the same broken connection.
+            with contextlib.suppress(OSError, ClientDisconnect):
+                await self._release()
+
+    async def returned(self) -> None:
+        """The app returned: a body left unfinished means the client went away (a streaming
+        response stops when it hears the disconnect) or the app never answered."""
+        if self.recorder.finished:
+            return
+        failure = CallFailure.CANCELLED if self.client_gone else CallFailure.EXCEPTION
+        self.recorder.finish(now(), failure)
+        await self._write()
+        if self._held and not self.client_gone:
+            await self._release()
+
+    async def _pass(self, message: Message) -> None:
+        """A stream's message goes out now; a non-streamed answer's waits for its end."""
+        if self.recorder.streaming:
+            await self._client_send(message)
+        else:
+            self._held.append(message)
+
+    async def _write(self) -> None:
+        await self._capture.write(self._writer, self._rollout_id, self.recorder)
+
+    async def _release(self) -> None:
+        held, self._held = self._held, []
+        for message in held:
+            await self._client_send(message)

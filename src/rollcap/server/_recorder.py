@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from rollcap.dialects import StreamOutcome, get_dialect
-from rollcap.records import Gap, RawRecord, error_category, model_ref
-from rollcap.sse import SSEDecoder, SSEEvent
+from rollcap.records import ErrorCategory, Gap, RawRecord, error_category, model_ref
+from rollcap.sse import SSEDecoder, SSEEvent, is_event_stream
 
 __all__ = ["CallFailure", "CallRecorder", "Clock"]
 
@@ -28,6 +28,12 @@ class CallFailure(enum.Enum):
     TIMEOUT = "timeout"  # upstream too slow
     CANCELLED = "cancelled"  # the client went away mid-call
     EXCEPTION = "exception"  # a bug or unexpected error inside the server
+
+
+_UPSTREAM_FAILURES = {
+    ErrorCategory.CONNECTION: CallFailure.CONNECTION,
+    ErrorCategory.TIMEOUT: CallFailure.TIMEOUT,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +105,7 @@ class CallRecorder:
         self._terminal_seen = False
         self._end: Clock | None = None
         self._finished = False
-        self._gaps: list[dict[str, Any]] = []
+        self._gaps: list[Gap] = []
 
     def request(self, body: bytes) -> None:
         self._request_body = body
@@ -113,17 +119,22 @@ class CallRecorder:
         if self._failure is None and not self._finished:
             self._failure = failure
 
+    def upstream_failed(self, category: ErrorCategory) -> None:
+        """Upstream was unreachable (``CONNECTION``) or too slow (``TIMEOUT``): as ``fail``."""
+        failure = _UPSTREAM_FAILURES.get(category)
+        if failure is not None:
+            self.fail(failure)
+
     def gap(self, code: str, detail: str | None = None) -> None:
         """Say what the record lacks or why the call failed, beyond the error category."""
-        self._gaps.append(Gap(code, detail).to_dict())
+        self._gaps.append(Gap(code, detail))
 
     def response_start(self, status: int, headers: Mapping[str, str]) -> None:
         if self._failure is not None:
             self._synthetic = True
             return
         self.status_code = status
-        content_type = headers.get("content-type", "")
-        self._streaming = content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+        self._streaming = is_event_stream(headers.get("content-type"))
 
     @property
     def streaming(self) -> bool:
@@ -145,8 +156,8 @@ class CallRecorder:
         self._body.append(chunk)
         if not self._streaming:
             return False
-        # Only the cheap part happens here, on the event loop: cutting events and spotting the
-        # terminal one. Parsing them into the answer waits for ``record``, off the loop.
+        # Only the cheap part happens here, per chunk: cutting events and spotting the terminal
+        # one. Parsing them into the answer waits for ``record``, once, when the call is over.
         events = self._decoder.feed(chunk)
         self._events += events
         if self._terminal_seen:
@@ -175,7 +186,10 @@ class CallRecorder:
             self._failure = failure
 
     def record(self) -> RawRecord:
-        """Build the finished call's record: the costly part, safe to run in another thread."""
+        """Build the finished call's record: the costly part (reassembly, parsing), done once.
+
+        The middleware builds it on the event loop, right before handing it to the writer.
+        """
         if self._end is None:
             raise RuntimeError(f"model call {self.model_call_id} is not finished")
         end = self._end
@@ -228,5 +242,5 @@ class CallRecorder:
             request_raw=request_raw,
             response_raw=response_raw,
             client_session_id=self._session_id,
-            gaps=list(self._gaps) or None,
+            gaps=[gap.to_dict() for gap in self._gaps] or None,
         )

@@ -5,8 +5,8 @@ the inference server stages (``rollcap.staging``). Such a call takes this way:
 
 1. The client's request (any dialect, streamed or not) becomes a chat request with
    ``stream: false`` and an admission (``ng_capture``): the rollout, this call's id, and the
-   parent call found from the conversation (``_conversation``), so a multi-turn rollout is one
-   chain. A Responses request may pin ``required_prefix_token_ids`` (context compaction): the
+   parent call found from the conversation (``rollcap.conversation``), so a multi-turn rollout
+   is one chain. A Responses request may pin ``required_prefix_token_ids`` (context compaction): the
    worker must continue from exactly those ids or fail the call.
 2. The worker answers with the generation and its commit coordinates. They are checked against
    the admission and written, token-free, to the ledger (``<rollout_id>.tokens.jsonl`` under
@@ -35,11 +35,13 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rollcap._json import load_json_object
+from rollcap.conversation import ConversationIndex, answer_fingerprint, fingerprints
 from rollcap.dialects.chat import wants_stream_usage
-from rollcap.records import GAP_TOKEN_CAPTURE_FAILED, new_model_call_id
+from rollcap.records import GAP_TOKEN_CAPTURE_FAILED
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import error_response, json_response, read_whole
-from rollcap.server._conversation import ConversationIndex, answer_fingerprint, fingerprints
+from rollcap.server._fresh import new_model_call_id
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import Translation, error_for_client
 from rollcap.server._writer import RecordWriter
@@ -148,7 +150,9 @@ class StagedCalls:
             if dialect == "chat":
                 chat = outgoing
             else:
-                translation = Translation(dialect, outgoing)
+                translation = Translation(
+                    dialect, outgoing, answer_id=new_model_call_id(), created=time.time()
+                )
                 chat = dict(translation.chat_request)
                 if dialect == "responses":
                     identities = namespaced_tool_names(outgoing)
@@ -205,10 +209,7 @@ class StagedCalls:
                 call, None, f"capture worker answer not read (HTTP {raw.status_code})"
             )
             return raw
-        try:
-            answer = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            answer = None
+        answer = load_json_object(raw)
         coords = self._coords(call, answer)
         if not 200 <= upstream.status < 300:
             refusal = f"capture worker answered HTTP {upstream.status}"

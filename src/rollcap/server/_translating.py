@@ -1,18 +1,18 @@
 """What the server needs to answer Responses and Messages calls from a chat-only upstream.
 
-Pure glue over ``rollcap.translate``: pick the request translator, a stream translator with
-fresh ids, and turn an upstream's chat answer or error into the client's dialect.
+Pure glue over ``rollcap.translate``: pick the request translator, a stream translator with the
+ids it is handed, and turn an upstream's chat answer or error into the client's dialect.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import orjson
 
+from rollcap._json import load_json_object
+from rollcap.dialects import error_message, messages
 from rollcap.sse import SSEEvent
 from rollcap.translate import (
     ANTHROPIC_ERROR_TYPES,
@@ -41,13 +41,16 @@ class StreamTranslator(Protocol):
 class Translation:
     """One call's translation: the request to send, and how to turn the answer back."""
 
-    def __init__(self, dialect: str, request: Mapping[str, Any]) -> None:
+    def __init__(
+        self, dialect: str, request: Mapping[str, Any], *, answer_id: str, created: float
+    ) -> None:
+        """``answer_id`` (hex) and ``created`` (a wall time) make the ids and the timestamp the
+        client sees; the upstream's own ids stay in the upstream's answer."""
         self.dialect = dialect
         self.request = request
         self.chat_request = TO_CHAT[dialect](request)
-        # Ids the client sees; the upstream's own ids stay in the upstream's answer.
-        self._id = uuid.uuid4().hex
-        self._created = time.time()
+        self._id = answer_id
+        self._created = created
 
     def answer(self, chat: Mapping[str, Any]) -> dict[str, Any]:
         if self.dialect == "responses":
@@ -68,18 +71,11 @@ def error_for_client(dialect: str, status: int, body: bytes) -> bytes:
     """An upstream (OpenAI-shaped) error body, as the client's dialect shapes errors."""
     if dialect != "messages":
         return body  # Responses errors have the chat API's shape already
-    message = body.decode("utf-8", errors="replace")
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
-        error = parsed.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            message = error["message"]
-        elif isinstance(parsed.get("message"), str):
-            message = parsed["message"]
+    parsed = load_json_object(body)
+    message = error_message(parsed) if parsed is not None else None
+    if message is None:
+        message = body.decode("utf-8", errors="replace")
     kind = ANTHROPIC_ERROR_TYPES.get(
         status, "api_error" if status >= 500 else "invalid_request_error"
     )
-    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    return orjson.dumps(messages.error_body(kind, message))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from rollcap._http import CREDENTIAL_HEADERS, HOP_BY_HOP
+from rollcap._proxy.headers import outgoing, upstream_url
 
 __all__ = ["LOCAL_MODEL", "MODEL_TYPES", "Backend", "backend_for"]
 
@@ -28,29 +28,24 @@ class Backend:
     translate_to_chat: bool = False
 
     def url_for(self, path: str) -> str:
-        """Join ``path`` (``/v1/...``) to the base URL, with or without a trailing ``/v1``."""
-        base = self.base_url.rstrip("/")
-        if base.endswith("/v1") and path.startswith("/v1/"):
-            path = path[3:]
-        return base + path + (f"?{self.query}" if self.query else "")
+        return upstream_url(self.base_url, path, self.query)
 
-    def headers(self, client_headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
-        for name, value in client_headers:
-            lower = name.lower()
-            if lower in HOP_BY_HOP:
-                continue
-            if lower in CREDENTIAL_HEADERS and not self.pass_client_credentials:
-                continue
-            out.append((name, value))
-        # The capture parses what comes back, and the client must get the same bytes.
-        out.append(("accept-encoding", "identity"))
+    def headers(
+        self, client_headers: Iterable[tuple[str, str]], *, content_type: str | None = None
+    ) -> list[tuple[str, str]]:
+        """The client's headers as they go upstream, with the configured credentials."""
+        auth: tuple[str, str] | None = None
         if self.api_key and not self.pass_client_credentials:
             if self.auth_header == "authorization":
-                out.append(("authorization", f"Bearer {self.api_key}"))
+                auth = ("authorization", f"Bearer {self.api_key}")
             else:
-                out.append((self.auth_header, self.api_key))
-        return out
+                auth = (self.auth_header, self.api_key)
+        return outgoing(
+            client_headers,
+            auth=auth,
+            pass_client_credentials=self.pass_client_credentials,
+            content_type=content_type,
+        )
 
 
 MODEL_TYPES = ("openai_model", "vllm_model", "anthropic_model", "azure_openai_model", "local_model")

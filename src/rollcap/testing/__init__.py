@@ -51,7 +51,7 @@ request field ``PREFIX_IDS_FIELD`` pins the prompt's start: its ids, then the me
 last assistant message. Without ``return_token_ids`` nothing of this appears.
 """
 
-from rollcap.testing._scenarios import (
+from rollcap.testing._knobs import (
     DEFAULT_MODEL,
     HEADER_CACHED_TOKENS,
     HEADER_CHUNK_DELAY_MS,
@@ -60,8 +60,8 @@ from rollcap.testing._scenarios import (
     HEADER_EVENTS,
     HEADER_SCENARIO,
     SCENARIOS,
-    expected_response,
 )
+from rollcap.testing._scenarios import expected_response
 from rollcap.testing._server import FakeUpstream, ReceivedRequest
 from rollcap.testing._tokens import (
     PREFIX_IDS_FIELD,

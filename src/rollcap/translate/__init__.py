@@ -16,11 +16,11 @@ Streams, chat SSE events in, client SSE events out as they arrive:
 Replay of a complete response object as its dialect's stream:
     ``render_sse(dialect, response)``
 
-The rules for the ambiguous points are in the docstrings of ``_responses``, ``_messages``,
-``_common`` and ``_render``. The property that ties them together: a translated stream,
-reassembled with ``rollcap.dialects.reassemble``, equals the non-streamed translation of the
-reassembled chat answer (for answers whose parts arrive in the order reasoning, text, tool calls),
-and a rendered response reassembles to itself.
+The rules for the ambiguous points are in the docstrings of ``_responses_request``,
+``_responses_answer``, ``_messages``, ``_common`` and ``_render``. The property that ties them
+together: a translated stream, reassembled with ``rollcap.dialects.reassemble``, equals the
+non-streamed translation of the reassembled chat answer (for answers whose parts arrive in the
+order reasoning, text, tool calls), and a rendered response reassembles to itself.
 """
 
 from __future__ import annotations
@@ -33,12 +33,8 @@ from rollcap.translate._messages import (
 )
 from rollcap.translate._render import render_sse
 from rollcap.translate._requests import VLLM_PASSTHROUGH
-from rollcap.translate._responses import (
-    ChatToResponsesStream,
-    chat_response_to_responses,
-    namespaced_tool_names,
-    responses_request_to_chat,
-)
+from rollcap.translate._responses_answer import ChatToResponsesStream, chat_response_to_responses
+from rollcap.translate._responses_request import namespaced_tool_names, responses_request_to_chat
 
 __all__ = [
     "ANTHROPIC_ERROR_TYPES",

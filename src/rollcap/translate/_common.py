@@ -22,8 +22,8 @@ from typing import Any, NoReturn
 
 import orjson
 
+from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects import chat as chat_dialect
-from rollcap.dialects._base import as_count, as_dict, as_str, load_json_object
 from rollcap.sse import SSEEvent
 
 __all__ = [
@@ -127,20 +127,13 @@ def tool_calls_of(message: Mapping[str, Any]) -> list[ChatToolCall]:
         item = as_dict(raw)
         if not item:
             continue
-        if "function" not in item and isinstance(item.get("custom"), Mapping):
-            function = as_dict(item.get("custom"))
-            arguments: object = function.get("input")
-        else:
-            function = as_dict(item.get("function"))
-            arguments = function.get("arguments")
+        name, arguments = chat_dialect.tool_call_parts(item)
         if not isinstance(arguments, str):
             # Some servers send parsed arguments; both target APIs want the JSON text.
             arguments = "" if arguments is None else dumps(arguments)
         calls.append(
             ChatToolCall(
-                id=as_str(item.get("id")) or None,
-                name=as_str(function.get("name")) or None,
-                arguments=arguments,
+                id=as_str(item.get("id")) or None, name=as_str(name) or None, arguments=arguments
             )
         )
     return calls

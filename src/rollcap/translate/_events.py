@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollcap.dialects._base import as_count, as_str
+from rollcap._json import as_count, as_str
 from rollcap.sse import SSEEvent
 from rollcap.translate._common import dumps
 

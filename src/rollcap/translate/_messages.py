@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from rollcap.dialects._base import as_count, as_dict, as_str
+from rollcap._json import as_count, as_dict, as_str
 from rollcap.sse import SSEEvent
 from rollcap.translate._common import (
     ChatStreamTranslator,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollcap.dialects._base import as_dict, as_str
+from rollcap._json import as_dict, as_str
 from rollcap.sse import SSEEvent
 from rollcap.translate._common import DONE, REASONING_KEYS, dumps
 from rollcap.translate._events import ResponsesEvents, chat_event, messages_event

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollcap.dialects._base import json_type_name
+from rollcap._json import json_type_name
 from rollcap.translate._common import fail
 
 __all__ = [

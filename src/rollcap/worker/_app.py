@@ -7,7 +7,7 @@ One captured call's way through it:
 2. Upstream gets the request asking for token ids and logprobs (``_protocol.upstream_request``).
 3. No usable answer (unreachable, timeout, an error status, a body that is not a JSON object):
    the call is failed, so the capture holds nothing in flight for it, and the client gets the
-   upstream's status and body, or 502/504 with an error body.
+   upstream's status and body, or 502/504 with an error body (``_proxy.forward``'s map).
 4. An answer: the call is completed in a thread (staging fsyncs; the event loop never waits on
    a disk) and the client gets the answer plus ``ng_commit_coords``, ``staged`` or
    ``capture_failed`` alike, except a pinned prefix the prompt does not start with: 409.
@@ -16,18 +16,18 @@ Every begun call ends in exactly one of ``complete_call_from_response`` and ``fa
 whatever happens to the request (``_Worker._captured``).
 
 Without ``ng_capture`` a request is passed through untouched (streams included), as are
-``GET /v1/models`` calls; nothing is staged.
+``GET /v1/models`` calls, by the model server's forwarder (``_proxy.forward.pass_through``):
+nothing is staged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import anyio.to_thread
 import orjson
 from starlette.applications import Starlette
@@ -36,9 +36,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rollcap._http import RESPONSE_DROP
-from rollcap._relay import BreakOffMiddleware, StreamResponse, UpstreamBroke
-from rollcap.dialects._base import openai_error
+from rollcap._json import load_json_object
+from rollcap._proxy.forward import UpstreamFailure, pass_through, read_whole
+from rollcap._proxy.headers import for_client
+from rollcap._proxy.relay import BreakOffMiddleware
+from rollcap.dialects import openai_error
 from rollcap.staging import (
     CAPTURE_FIELD,
     Admission,
@@ -74,13 +76,6 @@ def _json(body: bytes, status: int, headers: dict[str, str] | None = None) -> Re
 
 def _error(status: int, kind: str, message: str) -> Response:
     return _json(orjson.dumps(openai_error(message, kind=kind)), status)
-
-
-def _forwarded_headers(upstream: aiohttp.ClientResponse, *, rewritten: bool) -> dict[str, str]:
-    """The upstream's response headers for the client; ``rewritten``: the worker changes the
-    body, so its own content type stands."""
-    drop = RESPONSE_DROP | {"content-type", "content-encoding"} if rewritten else RESPONSE_DROP
-    return {k: v for k, v in upstream.headers.items() if k.lower() not in drop}
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,23 +131,9 @@ class _Worker:
         headers = self.upstream.headers(request.headers.items())
         try:
             upstream = await self.upstream.open(request.method, request.url.path, raw, headers)
-        except TimeoutError:
-            return _error(504, "timeout", "upstream did not answer in time")
-        except aiohttp.ClientError as exc:
-            return _error(502, "api_connection_error", f"upstream unreachable: {exc}")
-        out_headers = _forwarded_headers(upstream, rewritten=False)
-        content_type = upstream.headers.get("content-type", "")
-        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            return StreamResponse(_relayed(upstream), upstream.status, out_headers)
-        try:
-            data = await upstream.read()
-        except TimeoutError:
-            return _error(504, "timeout", "upstream went silent before the end of its answer")
-        except aiohttp.ClientError as exc:
-            return _error(502, "api_error", f"upstream broke off its answer: {exc}")
-        finally:
-            upstream.release()
-        return Response(data, status_code=upstream.status, headers=out_headers)
+        except UpstreamFailure as failure:
+            return _error(failure.status, failure.kind, str(failure))
+        return await pass_through(upstream, None)
 
     async def health(self, request: Request) -> Response:
         return _json(
@@ -203,47 +184,22 @@ class _Worker:
     async def _ask(self, body: bytes, headers: list[tuple[str, str]]) -> _Answered | _NoAnswer:
         try:
             upstream = await self.upstream.open("POST", CHAT_PATH, body, headers)
-        except TimeoutError:
-            return _NoAnswer(
-                _error(504, "timeout", "upstream did not answer in time"), "upstream timed out"
-            )
-        except aiohttp.ClientError as exc:
-            return _NoAnswer(
-                _error(502, "api_connection_error", f"upstream unreachable: {exc}"),
-                f"upstream unreachable: {exc}",
-            )
-        try:
-            raw = await upstream.read()
-        except TimeoutError:
-            return _NoAnswer(
-                _error(504, "timeout", "upstream went silent before the end of its answer"),
-                "upstream timed out during its answer",
-            )
-        except aiohttp.ClientError as exc:
-            return _NoAnswer(
-                _error(502, "api_error", f"upstream broke off its answer: {exc}"),
-                f"upstream broke off its answer: {exc}",
-            )
-        finally:
-            upstream.release()
+            raw = await read_whole(upstream)
+        except UpstreamFailure as failure:
+            return _NoAnswer(_error(failure.status, failure.kind, str(failure)), str(failure))
         if not 200 <= upstream.status < 300:
             # Upstream's own error, exactly as it sent it: status, body and headers.
             passed = Response(
-                raw,
-                status_code=upstream.status,
-                headers=_forwarded_headers(upstream, rewritten=False),
+                raw, status_code=upstream.status, headers=for_client(upstream.headers)
             )
             return _NoAnswer(passed, f"upstream answered HTTP {upstream.status}")
-        try:
-            answer = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            answer = None
-        if not isinstance(answer, dict):
+        answer = load_json_object(raw)
+        if answer is None:
             return _NoAnswer(
                 _error(502, "api_error", "upstream answered with invalid JSON"),
                 "upstream answered with invalid JSON",
             )
-        return _Answered(upstream.status, raw, answer, _forwarded_headers(upstream, rewritten=True))
+        return _Answered(upstream.status, raw, answer, for_client(upstream.headers, rewritten=True))
 
     def _fail(self, call: PendingCall, reason: str) -> None:
         coords = self.capture.fail_call(call, reason)
@@ -255,17 +211,6 @@ class _Worker:
             self.staged += 1
         else:
             self.capture_failed += 1
-
-
-async def _relayed(upstream: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
-    """Upstream's stream as it comes; broken off, or silent too long, it breaks the client's."""
-    try:
-        async for chunk in upstream.content.iter_any():
-            yield chunk
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        raise UpstreamBroke(f"{type(exc).__name__}: {exc}") from exc
-    finally:
-        upstream.release()
 
 
 def create_worker_app(settings: WorkerSettings) -> Starlette:

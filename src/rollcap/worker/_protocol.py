@@ -13,7 +13,8 @@ from typing import Any
 
 import orjson
 
-from rollcap.dialects._base import json_type_name, openai_error
+from rollcap._json import json_type_name
+from rollcap.dialects import openai_error
 from rollcap.staging import (
     CAPTURE_FIELD,
     COORDS_FIELD,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -82,5 +83,13 @@ def prepare_staging_dir(path: Path) -> None:
         ) from None
     if not path.is_dir():
         raise ValueError(f"the staging directory {str(path)!r} is not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"the staging directory {str(path)!r} is not writable")
+    # A file made and removed, not os.access: the permission bits do not bind root, and say
+    # nothing of a read-only mount or a server that squashes root.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".rollcap-probe-", dir=path)
+    except OSError as exc:
+        raise ValueError(
+            f"the staging directory {str(path)!r} is not writable: {exc.strerror or exc}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)

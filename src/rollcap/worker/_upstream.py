@@ -6,13 +6,11 @@ from collections.abc import Iterable
 
 import aiohttp
 
-from rollcap._http import CREDENTIAL_HEADERS, HOP_BY_HOP, forwarding_session
+from rollcap._proxy.forward import forwarding_session, open_upstream
+from rollcap._proxy.headers import outgoing, upstream_url
 from rollcap.worker._settings import WorkerSettings
 
 __all__ = ["Upstream"]
-
-# The upstream's key comes from the worker's settings, never from its clients.
-_REQUEST_DROP = HOP_BY_HOP | CREDENTIAL_HEADERS
 
 
 class Upstream:
@@ -36,36 +34,22 @@ class Upstream:
             self._session = None
 
     def url_for(self, path: str) -> str:
-        """Join ``path`` (``/v1/...``) to the base URL, with or without a trailing ``/v1``."""
-        if self._base.endswith("/v1") and path.startswith("/v1/"):
-            path = path[3:]
-        return self._base + path
+        return upstream_url(self._base, path)
 
     def headers(
         self, client_headers: Iterable[tuple[str, str]], *, json_body: bool = False
     ) -> list[tuple[str, str]]:
-        """The client's headers as they go upstream. ``json_body``: the worker wrote the body
-        itself, so it sets the content type rather than repeating the client's."""
-        out = [
-            (name, value)
-            for name, value in client_headers
-            if name.lower() not in _REQUEST_DROP
-            and not (json_body and name.lower() == "content-type")
-        ]
-        if json_body:
-            out.append(("content-type", "application/json"))
-        # The worker parses what comes back (and the client must get the same bytes).
-        out.append(("accept-encoding", "identity"))
-        if self._api_key:
-            out.append(("authorization", f"Bearer {self._api_key}"))
-        return out
+        """The client's headers as they go upstream, the worker's key instead of the client's.
+        ``json_body``: the worker wrote the body itself, so it sets the content type."""
+        auth = ("authorization", f"Bearer {self._api_key}") if self._api_key else None
+        return outgoing(
+            client_headers, auth=auth, content_type="application/json" if json_body else None
+        )
 
     async def open(
         self, method: str, path: str, body: bytes, headers: list[tuple[str, str]]
     ) -> aiohttp.ClientResponse:
-        """The upstream's response, headers read; ``TimeoutError`` or ``aiohttp.ClientError``
-        when there is none. The caller releases it."""
+        """The upstream's response, headers read; ``UpstreamFailure`` when there is none.
+        The caller releases it."""
         assert self._session is not None, "the worker's lifespan did not start"
-        return await self._session.request(
-            method, self.url_for(path), data=body or None, headers=headers
-        )
+        return await open_upstream(self._session, method, self.url_for(path), body or None, headers)

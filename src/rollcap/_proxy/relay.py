@@ -1,0 +1,134 @@
+"""Relaying an upstream's stream to a client, for the servers that forward (model server,
+capture worker): chunk by chunk, stopping when the client leaves, and breaking the client's
+connection the way upstream broke its own.
+
+Starlette's StreamingResponse watches for the disconnect with a task group per response; one
+plain task, looked at between chunks, does the same job with less work before the first chunk.
+A client that left is noticed at the next chunk or, if upstream goes quiet, when the upstream
+read times out.
+
+When upstream breaks its answer off, the app raises ``UpstreamBroke``; ``break_off_on`` turns
+that into returning with the response unfinished, which makes the HTTP server drop the client's
+connection: what the client would have seen from upstream directly, and never a clean end an
+SDK could take for a finished answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from contextvars import ContextVar
+
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = [
+    "BreakOffMiddleware",
+    "StreamResponse",
+    "UpstreamBroke",
+    "break_off_on",
+    "quiet_deliberate_breaks",
+    "upstream_broke",
+]
+
+
+class UpstreamBroke(Exception):
+    """Upstream broke its answer off; the client's connection is to be broken off too."""
+
+
+def upstream_broke(exc: BaseException) -> bool:
+    if isinstance(exc, UpstreamBroke):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(upstream_broke(inner) for inner in exc.exceptions)
+    return False
+
+
+# Set in the request's task when a response is left unfinished on purpose.
+_BROKE_OFF: ContextVar[bool] = ContextVar("rollcap_broke_off", default=False)
+_UNFINISHED = "ASGI callable returned without completing response."
+
+
+class _DeliberatelyUnfinished(logging.Filter):
+    """uvicorn reports every response an app leaves unfinished as an error. The ones left
+    unfinished on purpose are logged once, as what happened, instead. uvicorn logs from the
+    request's own task, so the flag set there is what it sees."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_BROKE_OFF.get() and record.msg == _UNFINISHED)
+
+
+_FILTER = _DeliberatelyUnfinished()
+
+
+def quiet_deliberate_breaks() -> None:
+    """Keep uvicorn from reporting as errors the responses left unfinished on purpose."""
+    logging.getLogger("uvicorn.error").addFilter(_FILTER)  # a filter is added once only
+
+
+async def break_off_on(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, log: logging.Logger
+) -> None:
+    """Run ``app``; an ``UpstreamBroke`` leaves the response unfinished and logs one warning.
+
+    Call ``quiet_deliberate_breaks()`` once when the server is built.
+    """
+    try:
+        await app(scope, receive, send)
+    except BaseException as exc:
+        if not upstream_broke(exc):
+            raise
+        _BROKE_OFF.set(True)
+        log.warning(
+            "%s %s: upstream broke off its answer; the client's connection is closed the same way",
+            scope.get("method"),
+            scope.get("path"),
+        )
+
+
+class BreakOffMiddleware:
+    """Pure ASGI: ``break_off_on`` for every HTTP request of the app it wraps."""
+
+    def __init__(self, app: ASGIApp, log: logging.Logger) -> None:
+        self.app = app
+        self.log = log
+        quiet_deliberate_breaks()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await break_off_on(self.app, scope, receive, send, self.log)
+
+
+class StreamResponse(Response):
+    """Forward ``chunks`` as they come, and stop when the client goes away."""
+
+    def __init__(
+        self, chunks: AsyncGenerator[bytes, None], status: int, headers: dict[str, str]
+    ) -> None:
+        super().__init__(status_code=status)
+        self.chunks = chunks
+        self.raw_headers = [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start = {"type": "http.response.start", "status": self.status_code}
+        await send({**start, "headers": self.raw_headers})
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            async for chunk in self.chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if gone.done():
+                    return  # unfinished on purpose: a capture records the call as cancelled
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            gone.cancel()
+            await self.chunks.aclose()  # releases the upstream response now, not at GC
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,5 @@
+"""Runtime helpers of the servers and the collector.
+
+``batch``: one thread that does blocking work for an event loop, a batch at a time.
+``serving``: ASGI apps under uvicorn on sockets bound up front.
+"""

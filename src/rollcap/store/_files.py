@@ -1,0 +1,513 @@
+"""``CaptureStore``: one append-only JSONL file per rollout, durable line by line.
+
+Appends take an exclusive ``flock`` on the rollout's file, write the whole line with one
+``write``, release the lock and ``fsync`` before returning, so several model servers (processes,
+or hosts on a filesystem with POSIX advisory locks) can append to one rollout without
+interleaving, and a record reported as written survives a crash. Readers take a shared lock, so
+they never see half a line that is being written; a torn line left by a crash is what
+``read_available`` skips.
+
+A store keeps the files it appends to open, and threads appending to one file at the same time
+share one write and one fsync (``_group_commit``).
+
+Everything here blocks; async callers run it in a thread (the model server's ``RecordWriter``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rollcap.ids import validate_rollout_id
+from rollcap.metrics import aggregate_raw
+from rollcap.records import ModelCallRecord, RawRecord
+from rollcap.store._group_commit import Handle, Pending, Sync, commit, finish
+
+__all__ = [
+    "CAPTURE_SUFFIX",
+    "INCOMPLETE_SUFFIX",
+    "AvailableRecords",
+    "CaptureReadError",
+    "CaptureStore",
+    "aggregate_model_call_metrics",
+    "read_model_call_records",
+]
+
+CAPTURE_SUFFIX = ".capture.jsonl"
+INCOMPLETE_SUFFIX = ".capture.incomplete"
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
+# How many threads append_many syncs a batch's files in; each syncs its share one by one.
+_SYNC_LANES = 4
+
+
+class CaptureReadError(ValueError):
+    """A capture file holds a line that is not one JSON object (strict reads only)."""
+
+    def __init__(self, path: Path, line_number: int, reason: str) -> None:
+        super().__init__(f"{path}: line {line_number}: {reason}")
+        self.path = path
+        self.line_number = line_number
+
+
+@dataclass(frozen=True, slots=True)
+class AvailableRecords:
+    """What a tolerant read found: ``(line_index, record)`` pairs and the count of bad lines."""
+
+    records: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    bad_lines: int = 0
+
+
+def _encode_line(record: RawRecord | Mapping[str, Any]) -> bytes:
+    obj = record.to_json() if isinstance(record, RawRecord) else record
+    if not isinstance(obj, Mapping):
+        raise TypeError(f"a capture record must be a JSON object, not {type(obj).__name__}")
+    # orjson never emits a raw newline inside a JSON document, so one record is one line.
+    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _parse_line(line: bytes) -> dict[str, Any] | str:
+    """The record on ``line``, or the reason it is not one."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return f"not valid JSON ({exc})"
+    if not isinstance(value, dict):
+        return f"not a JSON object (a {type(value).__name__})"
+    return value
+
+
+@dataclass(slots=True)
+class _FileBatch:
+    """One file's share of an ``append_many`` call: which items, their lines, their fate."""
+
+    path: str
+    indexes: list[int]  # the items whose lines these are, in order
+    handle: Handle
+    created: bool  # by this call: its directory entry is not durable until the directory sync
+    pending: Pending  # the items' lines, written with one write
+    sync: Sync | None = None  # written, the fsync still to do
+
+
+def _fail(indexes: list[int], exc: BaseException, results: list[Any]) -> None:
+    for i in indexes:
+        results[i] = exc
+
+
+def _finish_lane(lane: list[_FileBatch]) -> list[bool | BaseException]:
+    """Sync a lane's files one after the other (in one of ``append_many``'s sync threads)."""
+    out: list[bool | BaseException] = []
+    for batch in lane:
+        assert batch.sync is not None
+        out.append(finish(batch.handle, batch.pending, batch.sync))
+    return out
+
+
+class CaptureStore:
+    """The capture directory. Ids are validated before any path is built from them.
+
+    Appends keep up to ``max_open`` rollout files open (least recently used go first);
+    ``close()``, or leaving a ``with`` block, closes them, and a later append reopens.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        max_open: int = 256,
+        suffix: str = CAPTURE_SUFFIX,
+        marker_suffix: str = INCOMPLETE_SUFFIX,
+    ) -> None:
+        if max_open < 1:
+            raise ValueError("max_open must be at least 1")
+        if suffix == marker_suffix or not suffix.startswith(".") or "/" in suffix + marker_suffix:
+            raise ValueError(f"bad file suffixes {suffix!r}, {marker_suffix!r}")
+        self.directory = Path(directory)
+        # Other per-rollout JSONL files (the token ledger) reuse the same durable appends.
+        self._suffix = suffix
+        self._marker_suffix = marker_suffix
+        # Appends build paths as strings: pathlib costs more than the syscalls of an append.
+        self._prefix = os.path.join(os.fspath(directory), "")
+        self._max_open = max_open
+        self._lock = threading.Lock()  # guards _handles
+        self._handles: OrderedDict[str, Handle] = OrderedDict()  # least recently used first
+        self._sync_pool: ThreadPoolExecutor | None = None  # append_many's syncs, made on use
+        # A directory sync for new files failed: their entries may not be durable yet.
+        self._directory_unsynced = False
+        _STORES.add(self)
+
+    def __repr__(self) -> str:
+        return f"CaptureStore({str(self.directory)!r})"
+
+    def __enter__(self) -> CaptureStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Descriptors are plain ints: nothing else would close them with the store. At
+        # interpreter exit the process closes them, and module globals may already be gone.
+        if hasattr(self, "_handles") and not sys.is_finalizing():
+            self.close()
+
+    def close(self) -> None:
+        """Close every cached descriptor (an append in flight closes its own when done).
+
+        The store stays usable: a later append opens its file again.
+        """
+        with self._lock:
+            handles = list(self._handles.values())
+            self._handles.clear()
+        for handle in handles:
+            handle.retire()
+
+    def _forget_after_fork(self) -> None:
+        # A thread of the parent may have held the lock at the fork: replaced, not taken.
+        self._lock = threading.Lock()
+        self._handles = OrderedDict()
+        self._sync_pool = None  # its threads did not survive the fork
+
+    def path_for(self, rollout_id: str) -> Path:
+        return Path(self._file(rollout_id))
+
+    def marker_for(self, rollout_id: str) -> Path:
+        """Where the rollout's incomplete marker is (or would be)."""
+        return Path(self._marker(rollout_id))
+
+    def _file(self, rollout_id: str) -> str:
+        return self._prefix + validate_rollout_id(rollout_id) + self._suffix
+
+    def _marker(self, rollout_id: str) -> str:
+        return self._prefix + validate_rollout_id(rollout_id) + self._marker_suffix
+
+    def _ensure_directory(self) -> None:
+        # mkdir's mode is masked by the umask, which is what a user expects for parents; the
+        # capture directory itself holds prompts and answers and is kept private explicitly.
+        if not self.directory.is_dir():
+            self.directory.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+            with contextlib.suppress(PermissionError):
+                os.chmod(self.directory, _DIR_MODE)
+
+    def _fsync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _open_for_append(self, path: str, *, sync_new: bool) -> tuple[int, bool]:
+        """The descriptor, and whether the file was created (its directory entry then needs a
+        directory sync to be durable: done here when ``sync_new``, else by the caller)."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC  # read: the torn-line check
+        try:
+            return os.open(path, flags), False
+        except FileNotFoundError:
+            pass
+        self._ensure_directory()
+        fd = os.open(path, flags | os.O_CREAT, _FILE_MODE)
+        if sync_new:
+            try:
+                self._fsync_directory()
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd, True
+
+    def _checkout(self, path: str, *, sync_new: bool = True) -> tuple[Handle, bool]:
+        """The cached handle of ``path``, opened (and created) if need be; and whether the file
+        was created by this call, its directory not yet synced unless ``sync_new``."""
+        with self._lock:
+            handle = self._handles.get(path)
+            if handle is not None and not handle.retired:
+                self._handles.move_to_end(path)
+                return handle, False
+        # Opening may create the file and sync the directory: not under the store-wide lock.
+        fd, created = self._open_for_append(path, sync_new=sync_new)
+        handle = Handle(fd)
+        with self._lock:
+            stale = [self._handles.pop(path, None)]  # retired, or opened by a racing thread
+            self._handles[path] = handle
+            while len(self._handles) > self._max_open:
+                stale.append(self._handles.popitem(last=False)[1])
+        for old in stale:
+            if old is not None:
+                old.retire()
+        return handle, created
+
+    def _drop(self, path: str, handle: Handle) -> None:
+        with self._lock:
+            if self._handles.get(path) is handle:
+                del self._handles[path]
+        handle.retire()
+
+    def append(self, rollout_id: str, record: RawRecord | Mapping[str, Any]) -> None:
+        """Append one record durably; returns only after the line is fsynced."""
+        path = self._file(rollout_id)
+        line = _encode_line(record)
+        while True:
+            handle, _ = self._checkout(path)
+            outcome = commit(handle, Pending(line))
+            if outcome is True:
+                if self._directory_unsynced:  # see append_many
+                    self._fsync_directory()
+                    self._directory_unsynced = False
+                return
+            # After a failure the descriptor's state is unknown; after False it is stale.
+            self._drop(path, handle)
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    def append_many(
+        self, items: Sequence[tuple[str, RawRecord | Mapping[str, Any]]]
+    ) -> list[BaseException | None]:
+        """Append records of many rollouts durably: each file is written, then all are synced.
+
+        For a single writer thread serving many calls: the syncs follow all the writes and
+        overlap, so they share the device's flushes (and, on a journaling filesystem, a journal
+        commit) instead of paying one each. Returns each item's failure, or None once its line
+        is written and synced. One file's failure fails only that file's items.
+        """
+        results: list[BaseException | None] = [None] * len(items)
+        files = self._open_all(items, results)
+        stale: list[_FileBatch] = []  # unlinked under us: appended again, one by one
+        self._sync_all(self._write_all(files, results, stale), results, stale)
+        for batch in stale:
+            for i in batch.indexes:
+                try:
+                    self.append(items[i][0], items[i][1])
+                except Exception as exc:
+                    results[i] = exc
+        return results
+
+    def _open_all(
+        self, items: Sequence[tuple[str, RawRecord | Mapping[str, Any]]], results: list[Any]
+    ) -> list[_FileBatch]:
+        """Each file's lines, its handle open and its directory entry durable."""
+        lines: list[bytes] = [b""] * len(items)
+        groups: dict[str, list[int]] = {}
+        for index, (rollout_id, record) in enumerate(items):
+            try:
+                path = self._file(rollout_id)
+                lines[index] = _encode_line(record)
+            except Exception as exc:
+                results[index] = exc
+                continue
+            groups.setdefault(path, []).append(index)
+        files: list[_FileBatch] = []
+        for path, indexes in groups.items():
+            try:
+                handle, new = self._checkout(path, sync_new=False)
+            except Exception as exc:  # this file only: the other rollouts' records go on
+                _fail(indexes, exc, results)
+                continue
+            pending = Pending(b"".join([lines[i] for i in indexes]))
+            files.append(_FileBatch(path, indexes, handle, new, pending))
+        created = [batch for batch in files if batch.created]
+        if created or self._directory_unsynced:
+            # Every file this batch created is in the one directory: one sync makes all
+            # their entries durable (a collection run creates a file per rollout).
+            try:
+                self._fsync_directory()
+                self._directory_unsynced = False
+            except Exception as exc:
+                # The files stay; until a directory sync succeeds, later appends sync it too.
+                self._directory_unsynced = True
+                for batch in created:
+                    self._drop(batch.path, batch.handle)
+                    _fail(batch.indexes, exc, results)
+                files = [batch for batch in files if not batch.created]
+        return files
+
+    def _write_all(
+        self, files: list[_FileBatch], results: list[Any], stale: list[_FileBatch]
+    ) -> list[_FileBatch]:
+        """Write each file's lines, leaving the syncs for later; the files still to sync."""
+        written: list[_FileBatch] = []
+        for batch in files:
+            outcome = commit(batch.handle, batch.pending, defer=True)
+            if isinstance(outcome, Sync):
+                batch.sync = outcome
+                written.append(batch)
+            else:
+                self._settle(batch, outcome, results, stale)
+        return written
+
+    def _sync_all(
+        self, files: list[_FileBatch], results: list[Any], stale: list[_FileBatch]
+    ) -> None:
+        if len(files) == 1:
+            self._settle(files[0], _finish_lane(files)[0], results, stale)
+            return
+        # One sync after another would bound the batch's rate by the device's flush time;
+        # syncs that overlap share the flush. A few lanes of syncs overlap enough, and a
+        # thread per file costs more in thread switches than it saves.
+        lanes = [files[i::_SYNC_LANES] for i in range(min(_SYNC_LANES, len(files)))]
+        pool = self._syncs()
+        finished = [pool.submit(_finish_lane, lane) for lane in lanes]
+        for lane, future in zip(lanes, finished, strict=True):
+            for batch, outcome in zip(lane, future.result(), strict=True):
+                self._settle(batch, outcome, results, stale)
+
+    def _settle(
+        self,
+        batch: _FileBatch,
+        outcome: bool | BaseException,
+        results: list[Any],
+        stale: list[_FileBatch],
+    ) -> None:
+        if outcome is True:
+            return
+        # As in append: after a failure the descriptor's state is unknown; False: stale.
+        self._drop(batch.path, batch.handle)
+        if isinstance(outcome, BaseException):
+            _fail(batch.indexes, outcome, results)
+        else:
+            stale.append(batch)
+
+    def _syncs(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._sync_pool is None:
+                self._sync_pool = ThreadPoolExecutor(
+                    max_workers=_SYNC_LANES, thread_name_prefix="rollcap-sync"
+                )
+            return self._sync_pool
+
+    def _read_lines(self, path: str | Path) -> list[bytes]:
+        """The file's lines under a shared lock; a missing file has none."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return []
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        lines = b"".join(chunks).split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        return lines
+
+    def read(self, rollout_id: str) -> list[dict[str, Any]]:
+        """Every record in file order; raises ``CaptureReadError`` on the first bad line.
+
+        A rollout with no file has no records: ``[]``.
+        """
+        path = self.path_for(rollout_id)
+        records: list[dict[str, Any]] = []
+        for number, line in enumerate(self._read_lines(path), start=1):
+            parsed = _parse_line(line)
+            if isinstance(parsed, str):
+                raise CaptureReadError(path, number, parsed)
+            records.append(parsed)
+        return records
+
+    def read_available(self, rollout_id: str) -> AvailableRecords:
+        """Every whole record with its 0-based line index, skipping (and counting) bad lines."""
+        good: list[tuple[int, dict[str, Any]]] = []
+        bad = 0
+        for index, line in enumerate(self._read_lines(self._file(rollout_id))):
+            parsed = _parse_line(line)
+            if isinstance(parsed, str):
+                bad += 1
+            else:
+                good.append((index, parsed))
+        return AvailableRecords(good, bad)
+
+    def clear(self, rollout_id: str) -> None:
+        """Remove the rollout's file and marker; a missing one is fine, any other error raises."""
+        with self._lock:
+            handle = self._handles.pop(self._file(rollout_id), None)
+        if handle is not None:
+            handle.retire()
+        # String paths: collection clears and reads a rollout's files on every dispatch, and
+        # building Path objects cost more than the system calls.
+        for path in (self._file(rollout_id), self._marker(rollout_id)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def reset(self, rollout_id: str) -> None:
+        """``clear``, then leave the rollout's file empty: dispatched, no calls recorded yet."""
+        self.clear(rollout_id)
+        self._touch(self._file(rollout_id))
+
+    def mark_incomplete(self, rollout_id: str) -> None:
+        """Leave the empty marker that says a write for this rollout failed."""
+        self._touch(self._marker(rollout_id))
+
+    def _touch(self, path: str) -> None:
+        """Make sure ``path`` exists (private, its content kept), and the directory with it."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, _FILE_MODE)
+        except FileNotFoundError:  # no directory yet
+            self._ensure_directory()
+            fd = os.open(path, flags, _FILE_MODE)
+        os.close(fd)
+
+    def is_incomplete(self, rollout_id: str) -> bool:
+        try:
+            os.stat(self._marker(rollout_id))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True  # other errors raise: an attachment reports the marker as unreadable
+
+    def rollout_ids(self) -> list[str]:
+        """Ids of the rollouts that have a capture file, sorted."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(name[: -len(self._suffix)] for name in names if name.endswith(self._suffix))
+
+
+_STORES: weakref.WeakSet[CaptureStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Runs after the group commit's own handler has closed the inherited descriptors.
+    for store in list(_STORES):
+        store._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def read_model_call_records(
+    store: CaptureStore, rollout_id: str, *, strict: bool = True
+) -> list[ModelCallRecord]:
+    """The rollout's calls, normalized, in file order; ``call_index`` is the line's index.
+
+    ``strict=False`` skips lines that do not parse instead of raising.
+    """
+    if strict:
+        return [
+            ModelCallRecord.from_raw(raw, index) for index, raw in enumerate(store.read(rollout_id))
+        ]
+    return [
+        ModelCallRecord.from_raw(raw, index)
+        for index, raw in store.read_available(rollout_id).records
+    ]
+
+
+def aggregate_model_call_metrics(store: CaptureStore, rollout_id: str) -> dict[str, Any]:
+    """Aggregate metrics of the rollout's calls (see ``rollcap.metrics.aggregate``).
+
+    Strict, like ``read_model_call_records``: a bad line raises ``CaptureReadError``.
+    """
+    return aggregate_raw(store.read(rollout_id))

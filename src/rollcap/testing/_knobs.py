@@ -1,0 +1,129 @@
+"""The fake upstream's knobs: which scenario a request asks for, and its ``x-fake-*`` headers.
+
+A request is answered by a *scenario*: the ``x-fake-scenario`` header, else the request's ``model``
+when it names a scenario, else ``text``. The scenarios are listed for users in the package
+docstring (``rollcap.testing``), and here in ``SCENARIOS``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rollcap._json import as_str
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DIALECTS",
+    "HEADER_CACHED_TOKENS",
+    "HEADER_CHUNK_DELAY_MS",
+    "HEADER_CONTENT_BYTES",
+    "HEADER_DELAY_MS",
+    "HEADER_EVENTS",
+    "HEADER_SCENARIO",
+    "SCENARIOS",
+    "KnobError",
+    "Knobs",
+    "http_status",
+    "read_knobs",
+]
+
+
+DIALECTS: Final = ("responses", "chat", "messages")
+DEFAULT_MODEL: Final = "fake-model"
+
+HEADER_SCENARIO: Final = "x-fake-scenario"
+HEADER_EVENTS: Final = "x-fake-events"
+HEADER_CONTENT_BYTES: Final = "x-fake-content-bytes"
+HEADER_CACHED_TOKENS: Final = "x-fake-cached-tokens"
+HEADER_DELAY_MS: Final = "x-fake-delay-ms"
+HEADER_CHUNK_DELAY_MS: Final = "x-fake-chunk-delay-ms"
+
+# Scenarios that complete (their stream ends with the dialect's terminal event).
+_COMPLETING = ("text", "tool", "reasoning", "incomplete")
+_FAILING = ("malformed_json", "truncate", "stream_error", "hang", "disconnect")
+_HTTP_ERRORS = ("http_400", "http_401", "http_404", "http_429", "http_500", "http_503")
+SCENARIOS: Final = _COMPLETING + _FAILING + _HTTP_ERRORS
+"""The named scenarios. Besides these, ``http_<status>`` answers any status from 400 to 599."""
+
+# Upper bounds on the knobs, so that a typo cannot make the fake build gigabytes.
+_MAX_EVENTS = 1_000_000
+_MAX_BYTES = 100_000_000
+_MAX_DELAY_MS = 3_600_000.0
+
+
+class KnobError(ValueError):
+    """A request header or body that selects something the fake does not have."""
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """What the request asks of the fake, read from its ``x-fake-*`` headers and its model."""
+
+    scenario: str = "text"
+    events: int | None = None
+    content_bytes: int | None = None
+    cached_tokens: int | None = None
+    delay_s: float = 0.0
+    chunk_delay_s: float = 0.0
+
+
+def http_status(scenario: str) -> int | None:
+    match = re.fullmatch(r"http_([45]\d\d)", scenario)
+    return int(match.group(1)) if match else None
+
+
+def _is_scenario(name: str) -> bool:
+    return name in SCENARIOS or http_status(name) is not None
+
+
+def _count(headers: Mapping[str, str], name: str, limit: int) -> int | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) > limit:
+        raise KnobError(f"{name} must be an integer from 0 to {limit}, got {value!r}")
+    return int(text)
+
+
+def _delay(headers: Mapping[str, str], name: str) -> float:
+    value = headers.get(name)
+    if value is None:
+        return 0.0
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = math.nan
+    if not 0.0 <= ms <= _MAX_DELAY_MS:  # also false for NaN
+        raise KnobError(f"{name} must be a number of milliseconds from 0 to {_MAX_DELAY_MS:g}")
+    return ms / 1000.0
+
+
+def read_knobs(headers: Mapping[str, str], body: Mapping[str, Any]) -> Knobs:
+    """Read the knobs; ``headers`` is case-insensitive or has lower-case names.
+
+    Raises ``KnobError`` for an unknown scenario or a header value out of range.
+    """
+    scenario = headers.get(HEADER_SCENARIO)
+    if scenario is not None:
+        scenario = scenario.strip()
+        if not _is_scenario(scenario):
+            raise KnobError(
+                f"unknown {HEADER_SCENARIO} {scenario!r}: expected one of "
+                f"{', '.join(SCENARIOS)} or http_<status>"
+            )
+    else:
+        model = as_str(body.get("model"))
+        scenario = model if model is not None and _is_scenario(model) else "text"
+    return Knobs(
+        scenario=scenario,
+        events=_count(headers, HEADER_EVENTS, _MAX_EVENTS),
+        content_bytes=_count(headers, HEADER_CONTENT_BYTES, _MAX_BYTES),
+        cached_tokens=_count(headers, HEADER_CACHED_TOKENS, _MAX_BYTES),
+        delay_s=_delay(headers, HEADER_DELAY_MS),
+        chunk_delay_s=_delay(headers, HEADER_CHUNK_DELAY_MS),
+    )

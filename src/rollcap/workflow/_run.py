@@ -1,0 +1,213 @@
+"""``rollcap eval run``: collect rollouts against an environment, then report.
+
+With ``--no-serve`` the agent is found through a running head server (``rollcap env start``);
+without it the environment is started here, around the collection, and stopped after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+import rich.console
+import rich.progress
+
+from rollcap.collect import CollectionSummary, collect
+from rollcap.config import ConfigError, RunSettings
+from rollcap.workflow._discovery import list_servers
+
+__all__ = ["EvalRequest", "Progress", "format_summary", "run_eval"]
+
+
+@dataclass(frozen=True, slots=True)
+class EvalRequest:
+    agent: str
+    input_path: Path
+    output_path: Path
+    limit: int | None = None
+    num_repeats: int = 1
+    concurrency: int = 16
+    resume: bool = False
+    serve: bool = True
+    model_type: str | None = None
+    head_url: str | None = None
+    head_port: int = 11000
+
+
+class Progress:
+    """Collection progress: a rich bar with rate and ETA on a terminal, a line every 10% in logs.
+
+    Call it as the collector's progress callback; ``close()`` when the run is over.
+    """
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+        self.start = time.monotonic()
+        self._last_decile = -1
+        self._bar: rich.progress.Progress | None = None
+        self._task: rich.progress.TaskID | None = None
+        if stream.isatty():
+            self._bar = rich.progress.Progress(
+                rich.progress.TextColumn("rollouts"),
+                rich.progress.BarColumn(),
+                rich.progress.MofNCompleteColumn(),
+                rich.progress.TextColumn("{task.fields[failed]} failed"),
+                rich.progress.TextColumn("{task.fields[rate]}/s"),
+                rich.progress.TextColumn("ETA"),
+                rich.progress.TimeRemainingColumn(),
+                console=rich.console.Console(file=stream),
+            )
+
+    def __call__(self, done: int, failed: int, total: int) -> None:
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        rate = done / elapsed
+        if self._bar is not None:
+            if self._task is None:
+                self._bar.start()
+                self._task = self._bar.add_task("collect", total=total, failed=0, rate="0.0")
+            self._bar.update(
+                self._task, completed=done, total=total, failed=failed, rate=f"{rate:.1f}"
+            )
+            if done >= total:
+                self.close()
+            return
+        decile = 10 * done // total if total else 10
+        if decile != self._last_decile or done >= total:
+            self._last_decile = decile
+            eta = f"{(total - done) / rate:.0f}s" if rate > 0 else "?"
+            print(
+                f"{done}/{total} rollouts, {failed} failed, {rate:.1f}/s, ETA {eta}",
+                file=self.stream,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _find(servers: list[dict[str, Any]], name: str, kind: str) -> str:
+    for server in servers:
+        if server.get("name") == name and server.get("kind") == kind:
+            return str(server["url"])
+    known = ", ".join(str(s.get("name")) for s in servers if s.get("kind") == kind)
+    raise ConfigError(
+        f"no {kind} server named {name!r} at the head server (have: {known or 'none'})"
+    )
+
+
+def _uncorrelated(model_url: str | None) -> int | None:
+    if model_url is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"{model_url}/health", timeout=10) as response:
+            value = orjson.loads(response.read()).get("uncorrelated")
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+@contextlib.asynccontextmanager
+async def _agent_and_model(
+    request: EvalRequest, config: Mapping[str, Any]
+) -> AsyncIterator[tuple[str, str | None]]:
+    """The agent's URL and the model server's, from a head server or a fresh environment."""
+    if not request.serve:
+        servers = list_servers(request.head_url)
+        agent = _find(servers, request.agent, "responses_api_agents")
+        models = [s for s in servers if s.get("kind") == "responses_api_models"]
+        yield agent, (str(models[0]["url"]) if models else None)
+        return
+    from rollcap.gym import AGENTS
+    from rollcap.workflow._env import environment, instances
+
+    configured = {i.name: i for i in instances(config)}
+    # A built-in agent brings its resources server; a configured one names its own.
+    resources = None
+    if request.agent not in configured:
+        if request.agent not in AGENTS:
+            raise ConfigError(
+                f"unknown agent {request.agent!r}: expected one of {', '.join(AGENTS)} "
+                "or a configured agent"
+            )
+        resources = AGENTS[request.agent].resources_server
+    async with environment(
+        config,
+        model_type=request.model_type,
+        resources_server=resources,
+        agent=request.agent,
+        head_port=request.head_port,
+    ) as env:
+        model = next(s for s in env.servers if s.kind == "responses_api_models")
+        yield env.url_of(request.agent), model.url
+
+
+async def run_eval(
+    request: EvalRequest,
+    config: Mapping[str, Any],
+    *,
+    progress: Progress | None = None,
+    on_started: Callable[[], None] | None = None,
+) -> tuple[CollectionSummary, int | None]:
+    """Collect; returns the summary and the model server's count of uncorrelated calls.
+
+    ``on_started`` is called once the servers (if any) are up, before the first rollout.
+    """
+    settings = RunSettings.from_config(config)
+    if not request.input_path.is_file():
+        raise ConfigError(f"--input {request.input_path}: no such file")
+    async with _agent_and_model(request, config) as (agent_url, model_url):
+        if on_started is not None:
+            on_started()
+        summary = await collect(
+            agent_url,
+            request.input_path,
+            request.output_path,
+            capture_dir=settings.capture_dir,
+            limit=request.limit,
+            num_repeats=request.num_repeats,
+            concurrency=request.concurrency,
+            resume=request.resume,
+            progress=progress,
+        )
+        # In a thread: the model server may be served by this very event loop.
+        return summary, await asyncio.to_thread(_uncorrelated, model_url)
+
+
+def format_summary(summary: CollectionSummary, uncorrelated: int | None) -> str:
+    m = summary.metrics
+
+    def n(key: str) -> str:
+        value = m.get(key)
+        return (
+            "-" if value is None else (f"{value:.2f}" if isinstance(value, float) else str(value))
+        )
+
+    lines = [
+        f"rollouts {m.get('rollouts')} (this run {summary.ran}, failed {summary.failed}, "
+        f"skipped {summary.skipped}); mean reward {n('mean_reward')}",
+        f"model calls {n('num_calls')}; tokens in {n('tokens_in')}, out {n('tokens_out')}, "
+        f"reasoning {n('tokens_reasoning')}, cached {n('cached_tokens')}",
+        f"model latency per rollout ms: p50 {n('latency_p50_ms')}, p90 {n('latency_p90_ms')}, "
+        f"p99 {n('latency_p99_ms')}",
+        f"output   {summary.output_path}",
+        f"failures {summary.failures_path}",
+        f"metrics  {summary.metrics_path}",
+    ]
+    missing = summary.rollouts_without_calls
+    if missing:
+        lines.append(
+            f"WARNING: {missing} rollout(s) have no captured model call. The model server counted "
+            f"{'?' if uncorrelated is None else uncorrelated} call(s) without the /ng-rollout/ "
+            "prefix: does the agent route its model calls with url_path_for_run?"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""Planning and resume bookkeeping: tasks read lazily, attempts counted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from rollcap.collect import (
+    InputError,
+    ResumeState,
+    aggregate_metrics_path,
+    count_tasks,
+    failures_path,
+    iter_tasks,
+    plan_rollouts,
+    planned_count,
+)
+
+LINES = [b'{"q": 0}\n', b"\n", b'{"q": 1}\n', b"   \n", b'{"q": 2}\n']
+
+
+def test_iter_tasks_skips_blank_lines_and_applies_limit() -> None:
+    assert list(iter_tasks(LINES)) == [{"q": 0}, {"q": 1}, {"q": 2}]
+    assert list(iter_tasks(LINES, limit=2)) == [{"q": 0}, {"q": 1}]
+    assert list(iter_tasks(LINES, limit=0)) == []
+    assert count_tasks(LINES, limit=10) == 3
+
+
+def test_iter_tasks_is_lazy() -> None:
+    def lines() -> Any:
+        yield b'{"q": 0}'
+        raise AssertionError("read past the limit")
+
+    assert list(iter_tasks(lines(), limit=1)) == [{"q": 0}]
+
+
+@pytest.mark.parametrize(("line", "reason"), [(b"{oops", "not valid JSON"), (b"[1]", "a list")])
+def test_bad_input_line_names_its_number(line: bytes, reason: str) -> None:
+    with pytest.raises(InputError, match=reason) as info:
+        count_tasks([b'{"q": 0}', b"", line])
+    assert info.value.line_number == 3
+
+
+def test_plan_expands_repeats_in_order() -> None:
+    plan = list(plan_rollouts(iter_tasks(LINES, limit=2), num_repeats=3))
+    assert [(r.task_index, r.rollout_index, r.attempt_index) for r in plan] == [
+        (0, 0, 0),
+        (0, 1, 0),
+        (0, 2, 0),
+        (1, 0, 0),
+        (1, 1, 0),
+        (1, 2, 0),
+    ]
+    assert plan[4].task == {"q": 1}
+    assert plan[4].run_body() == {
+        "q": 1,
+        "_ng_task_index": 1,
+        "_ng_rollout_index": 1,
+        "_ng_attempt_index": 0,
+    }
+    with pytest.raises(ValueError, match="num_repeats"):
+        list(plan_rollouts([{}], num_repeats=0))
+
+
+def _line(task: int, rollout: int, attempt: int = 0) -> bytes:
+    return orjson.dumps(
+        {"_ng_task_index": task, "_ng_rollout_index": rollout, "_ng_attempt_index": attempt}
+    )
+
+
+def test_resume_state_counts_attempts() -> None:
+    state = ResumeState.from_files(
+        output_lines=[_line(0, 0), _line(1, 0, 1), b'{"_ng_task_index": 2, "_ng_rol'],
+        failure_lines=[_line(1, 0), _line(2, 0), _line(2, 0, 1), b"garbage"],
+        capture_names=[
+            "0-0.capture.jsonl",  # finished: not an attempt to count
+            "3-0.capture.jsonl",  # dispatched, never finished
+            "4-1-a2.capture.incomplete",
+            "notes.txt",
+        ],
+    )
+    assert state.finished == {(0, 0), (1, 0)}
+    assert state.bad_output_lines == 1
+    assert state.attempts == {(2, 0): 2, (3, 0): 1, (4, 1): 3}
+    tasks = [{"t": i} for i in range(5)]
+    plan = list(plan_rollouts(tasks, num_repeats=2, resume=state))
+    assert [r.rollout_id for r in plan] == [
+        "0-1",
+        "1-1",
+        "2-0-a2",
+        "2-1",
+        "3-0-a1",
+        "3-1",
+        "4-0",
+        "4-1-a3",
+    ]
+    assert planned_count(5, 2, state) == (8, 2)
+    assert planned_count(1, 1, state) == (0, 1)
+
+
+def test_side_file_names() -> None:
+    assert str(failures_path("/r/mcqa_rollouts.jsonl")) == "/r/mcqa_rollouts_failures.jsonl"
+    assert str(aggregate_metrics_path("/r/out.jsonl")) == "/r/out_aggregate_metrics.json"

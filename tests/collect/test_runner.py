@@ -1,0 +1,304 @@
+"""``collect`` against a stub agent on a real socket, with real capture files."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from rollcap.collect import CAPTURE_KEY, TRAJECTORY_KEY, InputError, collect
+from rollcap.records import GAP_NO_RECORDS, GAP_TRAJECTORY_PROJECTION_FAILED
+from rollcap.store import aggregate_model_call_metrics
+from tests.collect.conftest import StubAgent, fake_record, read_lines, write_input
+
+# Every collection here ends well within this; a hang fails the test instead of the session.
+BOUND_S = 60
+
+
+def _keys(lines: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return [(line["_ng_task_index"], line["_ng_rollout_index"]) for line in lines]
+
+
+async def test_line_shape_and_metrics_match_the_capture_file(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    tasks = [{"question": f"q{i}", "calls": i} for i in range(3)]
+    source = write_input(tmp_path / "in.jsonl", tasks)
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(agent.url, source, tmp_path / "out.jsonl", capture_dir=capture_dir)
+    lines = read_lines(summary.output_path)
+    assert _keys(lines) == [(0, 0), (1, 0), (2, 0)]
+    line = lines[2]
+    assert list(line) == [
+        "question",
+        "calls",
+        "_ng_task_index",
+        "_ng_rollout_index",
+        "_ng_attempt_index",
+        "rollout_id",
+        "response",
+        "reward",
+        "agent_note",
+        CAPTURE_KEY,
+        TRAJECTORY_KEY,
+    ]
+    assert line["response"] == {"output_text": "answer 2-0"}
+    assert line["reward"] == 0.0
+    capture = line[CAPTURE_KEY]
+    assert set(capture) == {"rollout_id", "metrics", "calls"}
+    assert capture["rollout_id"] == line["rollout_id"] == "2-0"
+    assert capture["metrics"] == aggregate_model_call_metrics(agent.store, "2-0")
+    assert capture["metrics"]["num_calls"] == 2
+    assert capture["metrics"]["tokens_in"] == 10 + 11
+    assert [c["call_index"] for c in capture["calls"]] == [0, 1]
+    for call in capture["calls"]:
+        assert not {"request", "response", "request_raw", "response_raw"} & set(call)
+    trajectory = line[TRAJECTORY_KEY]
+    raws = agent.store.read("2-0")
+    assert [step["request"] for step in trajectory["calls"]] == [r["request"] for r in raws]
+    assert [step["response"] for step in trajectory["calls"]] == [r["response"] for r in raws]
+    assert trajectory["rollout_id"] == "2-0"
+    assert trajectory["task_index"] == 2
+    # A rollout that made no model call has a gap, and still its response and reward.
+    assert lines[0][CAPTURE_KEY]["gaps"] == [{"code": GAP_NO_RECORDS}]
+    assert lines[0]["reward"] == 0.0
+    assert summary.rollouts_without_calls == 1
+    assert summary.metrics["num_calls"] == 3
+    on_disk = orjson.loads(summary.metrics_path.read_bytes())
+    assert on_disk == summary.metrics
+    assert not summary.failures_path.exists()
+
+
+async def test_projection_failure_keeps_payloads(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"no_request": True, "calls": 1}])
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(agent.url, source, tmp_path / "out.jsonl", capture_dir=capture_dir)
+    (line,) = read_lines(summary.output_path)
+    assert TRAJECTORY_KEY not in line
+    capture = line[CAPTURE_KEY]
+    assert capture["gaps"][0]["code"] == GAP_TRAJECTORY_PROJECTION_FAILED
+    (call,) = capture["calls"]
+    assert call["request"] is None
+    assert call["response"] == fake_record("0-0", 0)["response"]
+    assert line["reward"] == 0.0
+
+
+async def test_without_capture_there_is_no_attachment(agent: StubAgent, tmp_path: Path) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"calls": 0}])
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(agent.url, source, tmp_path / "out.jsonl")
+    (line,) = read_lines(summary.output_path)
+    assert CAPTURE_KEY not in line
+    assert TRAJECTORY_KEY not in line
+    assert summary.metrics["num_calls"] is None
+    assert summary.rollouts_without_calls is None
+
+
+async def test_limit_repeats_and_sorted_output(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    # Later tasks answer first, so the order of completion is not the sorted order.
+    tasks: list[Any] = [{"t": i, "delay": (5 - i) * 0.01} for i in range(5)]
+    tasks.insert(2, "")
+    source = write_input(tmp_path / "in.jsonl", tasks)
+    seen: list[tuple[int, int, int]] = []
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(
+            agent.url,
+            source,
+            tmp_path / "out.jsonl",
+            capture_dir=capture_dir,
+            limit=3,
+            num_repeats=2,
+            concurrency=6,
+            progress=lambda *args: seen.append(args),
+        )
+    lines = read_lines(summary.output_path)
+    assert _keys(lines) == [(t, r) for t in range(3) for r in range(2)]
+    assert [line["t"] for line in lines] == [0, 0, 1, 1, 2, 2]
+    assert sorted(agent.runs) == ["0-0", "0-1", "1-0", "1-1", "2-0", "2-1"]
+    assert seen[0] == (0, 0, 6)
+    assert seen[-1] == (6, 0, 6)
+    assert (summary.total, summary.ran, summary.failed, summary.skipped) == (6, 6, 0, 0)
+    assert summary.mean_reward == pytest.approx(1 / 3)
+    assert summary.metrics["rollouts"] == 6
+
+
+async def test_failures_file(agent: StubAgent, tmp_path: Path, capture_dir: Path) -> None:
+    tasks: list[dict[str, Any] | str] = [
+        {"ok": True},
+        {"fail": "http500"},
+        {"fail": "json400"},
+        {"fail": "badjson"},
+        {"fail": "noreward"},
+        {"fail": "hang"},
+    ]
+    source = write_input(tmp_path / "in.jsonl", tasks)
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(
+            agent.url,
+            source,
+            tmp_path / "out.jsonl",
+            capture_dir=capture_dir,
+            request_timeout=0.5,
+        )
+    assert _keys(read_lines(summary.output_path)) == [(0, 0)]
+    failures = {line["_ng_task_index"]: line for line in read_lines(summary.failures_path)}
+    assert sorted(failures) == [1, 2, 3, 4, 5]
+    assert failures[1]["rollout_id"] == "1-0"
+    assert failures[1]["_ng_attempt_index"] == 0
+    assert failures[1]["error"] == {
+        "kind": "agent_error",
+        "message": "the agent answered HTTP 500",
+        "status": 500,
+        "body": "agent exploded",
+    }
+    assert failures[2]["error"]["body"] == {"detail": "bad task"}
+    assert failures[3]["error"]["kind"] == "bad_json"
+    assert failures[4]["error"]["kind"] == "bad_answer"
+    assert "reward" in failures[4]["error"]["message"]
+    assert failures[5]["error"]["kind"] == "timeout"
+    assert (summary.ran, summary.failed) == (6, 5)
+    assert summary.metrics["failures"] == 5
+    assert summary.metrics["rollouts"] == 1
+
+
+async def test_unreachable_agent_is_a_connection_failure(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    source = write_input(tmp_path / "in.jsonl", [{}, {}])
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(f"http://127.0.0.1:{port}", source, tmp_path / "out.jsonl")
+    kinds = [line["error"]["kind"] for line in read_lines(summary.failures_path)]
+    assert kinds == ["connection", "connection"]
+    assert summary.output_path.read_bytes() == b""
+    assert summary.metrics["mean_reward"] is None
+
+
+async def test_bad_input_fails_before_dispatch(agent: StubAgent, tmp_path: Path) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{}, "[1, 2]"])
+    with pytest.raises(InputError, match="line 2"):
+        await collect(agent.url, source, tmp_path / "out.jsonl")
+    assert agent.runs == []
+
+
+async def test_resume_retries_failures_with_a_new_attempt(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"t": 0}, {"fail": "first", "calls": 2}])
+    output = tmp_path / "out.jsonl"
+    async with asyncio.timeout(BOUND_S):
+        first = await collect(agent.url, source, output, capture_dir=capture_dir)
+        assert first.failed == 1
+        second = await collect(agent.url, source, output, capture_dir=capture_dir, resume=True)
+    assert (second.ran, second.failed, second.skipped) == (1, 0, 1)
+    lines = read_lines(output)
+    assert [line["rollout_id"] for line in lines] == ["0-0", "1-0-a1"]
+    assert lines[1][CAPTURE_KEY]["metrics"]["num_calls"] == 2
+    assert len(agent.store.read("1-0")) == 2  # the failed attempt's calls, kept apart
+    assert second.metrics["failures"] == 0
+    assert second.metrics["rollouts"] == 2
+    # The failed attempt stays in the failures file: the next resume counts it.
+    assert [line["rollout_id"] for line in read_lines(second.failures_path)] == ["1-0"]
+
+
+async def test_rerun_without_resume_starts_afresh(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"fail": "first"}])
+    output = tmp_path / "out.jsonl"
+    async with asyncio.timeout(BOUND_S):
+        await collect(agent.url, source, output, capture_dir=capture_dir)
+        summary = await collect(agent.url, source, output, capture_dir=capture_dir)
+    assert summary.failed == 1
+    assert [line["rollout_id"] for line in read_lines(summary.failures_path)] == ["0-0"]
+
+
+async def test_resume_after_a_killed_run(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    num_tasks, repeats = 30, 2
+    tasks = [{"t": i, "calls": 1 + i % 3, "delay": 0.005} for i in range(num_tasks)]
+    source = write_input(tmp_path / "in.jsonl", tasks)
+    output = tmp_path / "out.jsonl"
+
+    def kill_halfway(done: int, failed: int, total: int) -> None:
+        if done == total // 2:
+            victim.cancel()
+
+    victim = asyncio.create_task(
+        collect(
+            agent.url,
+            source,
+            output,
+            capture_dir=capture_dir,
+            num_repeats=repeats,
+            concurrency=8,
+            progress=kill_halfway,
+        )
+    )
+    async with asyncio.timeout(BOUND_S):
+        with pytest.raises(asyncio.CancelledError):
+            await victim
+    # Simulate a kill in the middle of a write as well: a torn last line.
+    with open(output, "ab") as f:
+        f.write(b'{"_ng_task_index": 29, "_ng_rollout_index": 1, "respo')
+    survivors = {
+        (line["_ng_task_index"], line["_ng_rollout_index"]): line
+        for line in read_lines_tolerant(output)
+    }
+    assert 0 < len(survivors) < num_tasks * repeats
+    dispatched = {name.removesuffix(".capture.jsonl") for name in agent.store.rollout_ids()}
+
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(
+            agent.url,
+            source,
+            output,
+            capture_dir=capture_dir,
+            num_repeats=repeats,
+            concurrency=8,
+            resume=True,
+        )
+    lines = read_lines(output)
+    assert _keys(lines) == [(t, r) for t in range(num_tasks) for r in range(repeats)]
+    assert summary.skipped == len(survivors)
+    assert summary.ran == num_tasks * repeats - len(survivors)
+    assert summary.metrics["rollouts"] == num_tasks * repeats
+    retried = []
+    for line in lines:
+        key = (line["_ng_task_index"], line["_ng_rollout_index"])
+        base_id = f"{key[0]}-{key[1]}"
+        if key in survivors:
+            assert line == survivors[key]
+            continue
+        if base_id in dispatched:
+            # Dispatched by the killed run but never written: a new attempt with its own file.
+            assert line["rollout_id"] == base_id + "-a1"
+            retried.append(base_id)
+        else:
+            assert line["rollout_id"] == base_id
+        calls = 1 + key[0] % 3
+        assert line[CAPTURE_KEY]["metrics"]["num_calls"] == calls
+        assert len(agent.store.read(line["rollout_id"])) == calls
+        assert all(
+            step["request"]["input"].startswith(line["rollout_id"] + " ")
+            for step in line[TRAJECTORY_KEY]["calls"]
+        )
+    assert retried, "the kill left no rollout in flight"
+
+
+def read_lines_tolerant(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for raw in path.read_bytes().splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            out.append(orjson.loads(raw))
+    return out

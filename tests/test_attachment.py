@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollcap.attachment import build_attachment, capture_attachment
+from rollcap.records import (
+    GAP_INCOMPLETE,
+    GAP_NO_RECORDS,
+    GAP_UNREADABLE,
+    Gap,
+    ModelCallRecord,
+)
+from rollcap.store import AvailableRecords, CaptureStore
+from tests.test_records import SPEC_RECORD
+
+
+def _messages_record(index: int, **usage: Any) -> ModelCallRecord:
+    raw = {
+        "model_call_id": f"id{index}",
+        "dialect": "messages",
+        "model_ref": {"type": "responses_api_models", "name": "policy_model"},
+        "latency_ms": 0.1,
+        "status_code": 200,
+        "response": {"id": f"msg_{index}", "type": "message", "usage": usage},
+    }
+    return ModelCallRecord.from_raw(raw, index)
+
+
+def _record(n: int) -> dict[str, object]:
+    return {**SPEC_RECORD, "model_call_id": f"{n:032x}"}
+
+
+def test_attachment_shape_and_gap_omission() -> None:
+    records = [_messages_record(0, input_tokens=1, output_tokens=1)]
+    attachment = build_attachment("0-0", records)
+    assert list(attachment) == ["rollout_id", "metrics", "calls"]
+    assert attachment["calls"][0]["call_index"] == 0
+    assert "request" in attachment["calls"][0]
+    with_gap = build_attachment(
+        "0-0",
+        records,
+        [Gap("model_call_capture_incomplete"), Gap("x", "count=2")],
+        payloads=False,
+    )
+    assert with_gap["gaps"] == [
+        {"code": "model_call_capture_incomplete"},
+        {"code": "x", "detail": "count=2"},
+    ]
+    assert "request" not in with_gap["calls"][0]
+
+
+def test_capture_attachment_gaps(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    assert capture_attachment(store, "0-0")["gaps"] == [{"code": "model_call_capture_no_records"}]
+
+    store.append("0-1", _record(0))
+    attachment = capture_attachment(store, "0-1")
+    assert "gaps" not in attachment
+    assert attachment["metrics"]["num_calls"] == 1
+
+    with store.path_for("0-1").open("ab") as handle:
+        handle.write(b'{"torn')
+    store.mark_incomplete("0-1")
+    assert capture_attachment(store, "0-1", payloads=False)["gaps"] == [
+        {"code": "model_call_capture_records_unreadable", "detail": "count=1"},
+        {"code": "model_call_capture_incomplete"},
+    ]
+
+    store.path_for("0-2").mkdir()  # cannot be read as a file
+    gaps = capture_attachment(store, "0-2")["gaps"]
+    assert gaps[0]["code"] == "model_call_capture_unreadable"
+    assert "IsADirectoryError" in gaps[0]["detail"]
+
+
+@dataclass
+class _Source:
+    """A capture that fails the way a broken disk does, where asked to."""
+
+    records: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    read_error: OSError | None = None
+    marker_error: OSError | None = None
+    incomplete: bool = False
+
+    def read_available(self, rollout_id: str) -> AvailableRecords:
+        if self.read_error is not None:
+            raise self.read_error
+        return AvailableRecords(self.records, 0)
+
+    def is_incomplete(self, rollout_id: str) -> bool:
+        if self.marker_error is not None:
+            raise self.marker_error
+        return self.incomplete
+
+
+def test_every_read_failure_is_a_gap_and_the_rest_is_kept() -> None:
+    eio = OSError(errno.EIO, "Input/output error")
+    source = _Source(records=[(3, _record(0))], marker_error=eio)
+    attachment = capture_attachment(source, "0-0")
+    assert [call["call_index"] for call in attachment["calls"]] == [3]
+    assert attachment["gaps"] == [{"code": GAP_UNREADABLE, "detail": "OSError: Input/output error"}]
+
+    both = capture_attachment(_Source(read_error=eio, incomplete=True), "0-0")
+    assert both["calls"] == []
+    assert [gap["code"] for gap in both["gaps"]] == [GAP_UNREADABLE, GAP_INCOMPLETE]
+
+    empty = capture_attachment(_Source(), "0-0")
+    assert [gap["code"] for gap in empty["gaps"]] == [GAP_NO_RECORDS]

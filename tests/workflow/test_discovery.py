@@ -1,0 +1,71 @@
+"""The head server's client, against a head server on a real socket."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import orjson
+import pytest
+
+from rollcap.workflow import HEAD_URL_ENV, list_servers, resolve_model_base_url
+
+SERVERS = [
+    {"name": "mcqa", "kind": "resources_servers", "type": "mcqa", "url": "http://r"},
+    {"name": "policy_model", "kind": "responses_api_models", "type": "x", "url": "http://m/"},
+    "not a server",
+]
+
+
+@contextlib.contextmanager
+def _head(answer: object) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = orjson.dumps(answer) if self.path == "/servers" else b"{}"
+            self.send_response(200 if self.path == "/servers" else 404)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_list_servers_keeps_only_the_servers() -> None:
+    with _head(SERVERS) as head:
+        assert list_servers(head) == SERVERS[:2]
+
+
+def test_the_model_base_url_carries_the_rollout_prefix() -> None:
+    with _head(SERVERS) as head:
+        url = resolve_model_base_url("policy_model", "7-0", head=head)
+    assert url == "http://m/ng-rollout/7-0/v1"
+
+
+def test_the_head_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    with _head(SERVERS) as head:
+        monkeypatch.setenv(HEAD_URL_ENV, head + "/")
+        assert resolve_model_base_url("policy_model", "1-2") == "http://m/ng-rollout/1-2/v1"
+
+
+def test_resolve_model_base_url_errors() -> None:
+    with _head(SERVERS) as head, pytest.raises(ValueError, match=r"model servers: policy_model"):
+        resolve_model_base_url("mcqa", "0-0", head=head)
+    with _head({"servers": []}) as head, pytest.raises(ValueError, match="list of servers"):
+        resolve_model_base_url("policy_model", "0-0", head=head)
+    with pytest.raises(ConnectionError, match="cannot reach the head server"):
+        resolve_model_base_url("policy_model", "0-0", head="http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="invalid rollout id"):
+        resolve_model_base_url("policy_model", "../x", head="http://127.0.0.1:9")

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rollcap.workflow import Progress
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_in_logs_prints_a_line_every_tenth() -> None:
+    stream = io.StringIO()
+    progress = Progress(stream)
+    for done in range(101):
+        progress(done, 0, 100)
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 11
+    assert lines[-1].startswith("100/100 rollouts, 0 failed")
+
+
+def test_progress_on_a_terminal_draws_a_bar_with_rate_and_eta() -> None:
+    stream = _Terminal()
+    progress = Progress(stream)
+    for done in range(0, 51, 10):
+        progress(done, 1, 50)
+    progress.close()
+    out = stream.getvalue()
+    assert "50/50" in out
+    assert "1 failed" in out
+    assert "ETA" in out
+
+
+async def test_run_eval_calls_on_started_once_servers_are_up_and_before_any_rollout(
+    tmp_path: Path,
+) -> None:
+    from rollcap.config import load_config
+    from rollcap.gym import example_data_path
+    from rollcap.testing import FakeUpstream
+    from rollcap.workflow import EvalRequest, run_eval
+    from tests.conftest import SECRETS
+
+    output = tmp_path / "out.jsonl"
+    seen: list[bool] = []
+    async with FakeUpstream(api_key=SECRETS[0]) as upstream:
+        config = load_config(
+            overrides=[f"++policy_base_url={upstream.url}/v1", f"++policy_api_key={SECRETS[0]}"],
+            env_file=None,
+        )
+        request = EvalRequest(
+            agent="mcqa_simple_agent",
+            input_path=example_data_path("mcqa"),
+            output_path=output,
+            limit=2,
+            model_type="openai_model",
+            head_port=0,
+        )
+        summary, _ = await run_eval(
+            request,
+            config,
+            on_started=lambda: seen.append(output.exists() and bool(upstream.requests)),
+        )
+    assert seen == [False]  # called once, before the first rollout reached the model
+    assert summary.ran == 2
