@@ -129,7 +129,15 @@ def test_non_object_lines_are_bad(tmp_path: Path) -> None:
         store.read("x")
     available = store.read_available("x")
     assert available.records == [(1, {"a": 1})]
-    assert available.bad_lines == 3
+    assert available.bad_lines == 2  # the blank line is no record, not a bad one
+
+
+def test_blank_lines_are_neither_counted_nor_indexed(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    store.path_for("x").write_bytes(b'\n{"a": 1}\n  \n\t\nnot json\n\n{"b": 2}\n')
+    available = store.read_available("x")
+    assert available.records == [(0, {"a": 1}), (2, {"b": 2})]
+    assert available.bad_lines == 1
 
 
 def test_clear_and_markers(tmp_path: Path) -> None:
@@ -202,9 +210,19 @@ def test_capture_attachment_gaps(tmp_path: Path) -> None:
     ]
 
     store.path_for("0-2").mkdir()  # cannot be read as a file
-    gaps = capture_attachment(store, "0-2")["gaps"]
-    assert gaps[0]["code"] == "model_call_capture_unreadable"
-    assert "IsADirectoryError" in gaps[0]["detail"]
+    assert capture_attachment(store, "0-2")["gaps"] == [{"code": "model_call_capture_unreadable"}]
+
+    # A marker alone is an incomplete capture, not a capture without records.
+    store.mark_incomplete("0-3")
+    assert capture_attachment(store, "0-3")["gaps"] == [{"code": "model_call_capture_incomplete"}]
+    # Only bad lines: they are what is wrong, not a lack of records.
+    store.path_for("0-4").write_bytes(b"{bad\n[]\n")
+    assert capture_attachment(store, "0-4")["gaps"] == [
+        {"code": "model_call_capture_records_unreadable", "detail": "count=2"}
+    ]
+    # An empty file: dispatched, nothing recorded.
+    store.reset("0-5")
+    assert capture_attachment(store, "0-5")["gaps"] == [{"code": "model_call_capture_no_records"}]
 
 
 HOSTILE_IDS = [

@@ -34,15 +34,7 @@ import orjson
 
 from rollcap.ids import validate_rollout_id
 from rollcap.metrics import aggregate_raw, build_attachment
-from rollcap.records import (
-    GAP_INCOMPLETE,
-    GAP_NO_RECORDS,
-    GAP_RECORDS_UNREADABLE,
-    GAP_UNREADABLE,
-    Gap,
-    ModelCallRecord,
-    RawRecord,
-)
+from rollcap.records import ModelCallRecord, RawRecord, capture_gaps
 
 __all__ = [
     "CAPTURE_SUFFIX",
@@ -573,10 +565,15 @@ class CaptureStore:
         return records
 
     def read_available(self, rollout_id: str) -> AvailableRecords:
-        """Every whole record with its 0-based line index, skipping (and counting) bad lines."""
+        """Every whole record with its 0-based index, skipping (and counting) bad lines.
+
+        A bad line keeps its index, so the records after it keep theirs; a blank line is no
+        record at all: it is neither counted nor given an index.
+        """
         good: list[tuple[int, dict[str, Any]]] = []
         bad = 0
-        for index, line in enumerate(self._read_lines(self._file(rollout_id))):
+        lines = (line for line in self._read_lines(self._file(rollout_id)) if line.strip())
+        for index, line in enumerate(lines):
             parsed = _parse_line(line)
             if isinstance(parsed, str):
                 bad += 1
@@ -614,6 +611,11 @@ class CaptureStore:
             self._ensure_directory()
             fd = os.open(path, flags, _FILE_MODE)
         os.close(fd)
+
+    def has_capture(self, rollout_id: str) -> bool:
+        """Whether the rollout's file or its incomplete marker exists (one that cannot be
+        looked at counts as absent)."""
+        return os.path.exists(self._file(rollout_id)) or os.path.exists(self._marker(rollout_id))
 
     def is_incomplete(self, rollout_id: str) -> bool:
         try:
@@ -695,21 +697,25 @@ def capture_attachment(
     Whatever cannot be read becomes a gap rather than an error: the attachment is evidence about
     a rollout, and a damaged capture must not lose the rollout's own result.
     """
-    gaps: list[Gap] = []
     records: list[ModelCallRecord] = []
+    bad_lines = 0
+    read_failed = incomplete = False
     try:
         available = store.read_available(rollout_id)
-    except OSError as exc:
-        gaps.append(Gap(GAP_UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}"))
+    except OSError:
+        read_failed = True
     else:
         records = [ModelCallRecord.from_raw(raw, index) for index, raw in available.records]
-        if available.bad_lines:
-            gaps.append(Gap(GAP_RECORDS_UNREADABLE, f"count={available.bad_lines}"))
-        if not records:
-            gaps.append(Gap(GAP_NO_RECORDS))
+        bad_lines = available.bad_lines
     try:
-        if store.is_incomplete(rollout_id):
-            gaps.append(Gap(GAP_INCOMPLETE))
-    except OSError as exc:
-        gaps.append(Gap(GAP_UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}"))
+        incomplete = store.is_incomplete(rollout_id)
+    except OSError:
+        read_failed = True
+    gaps = capture_gaps(
+        store_found=store.has_capture(rollout_id),
+        read_failed=read_failed,
+        bad_lines=bad_lines,
+        incomplete=incomplete,
+        num_calls=len(records),
+    )
     return build_attachment(rollout_id, records, gaps, payloads=payloads)
