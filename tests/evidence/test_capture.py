@@ -124,3 +124,22 @@ def test_capture_read_gaps_follow_the_precedence() -> None:
         {"code": "model_call_capture_records_unreadable", "detail": "count=2"}
     ]
     assert gap("x") == {"code": "x", "invocation_id": None, "detail": None}
+
+
+def test_a_failing_compaction_association_is_a_gap_of_the_bundle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import rollcap.evidence._capture as capture_module
+
+    def fail(*_: object) -> None:
+        raise RuntimeError("association broke")
+
+    monkeypatch.setattr(capture_module, "associate_compaction_calls", fail)
+    record: dict[str, Any] = {"ng_agent_observations": {**bundle(), "source": "claude_code"}}
+    read = CaptureRead(store_found=True, calls=tuple(calls_of(responses_raw(0))))
+    merge_model_call_capture(record, "0-0", read, include_payloads=False)
+    assert record["ng_agent_observations"]["gaps"] == [
+        gap("compaction_model_call_join_failed"),
+        gap("model_call_ownership_unavailable", f"capture:{'0' * 32}:call_index=0"),
+    ]
+    assert "gaps" not in record["ng_model_call_capture"]
