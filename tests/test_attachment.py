@@ -5,7 +5,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollcap.attachment import build_attachment, capture_attachment
+import pytest
+
+from rollcap.attachment import CaptureRead, build_attachment, capture_attachment
 from rollcap.records import (
     GAP_INCOMPLETE,
     GAP_NO_RECORDS,
@@ -70,9 +72,19 @@ def test_capture_attachment_gaps(tmp_path: Path) -> None:
     ]
 
     store.path_for("0-2").mkdir()  # cannot be read as a file
-    gaps = capture_attachment(store, "0-2")["gaps"]
-    assert gaps[0]["code"] == "model_call_capture_unreadable"
-    assert "IsADirectoryError" in gaps[0]["detail"]
+    assert capture_attachment(store, "0-2")["gaps"] == [{"code": "model_call_capture_unreadable"}]
+
+    # A marker alone is an incomplete capture, not a capture without records.
+    store.mark_incomplete("0-3")
+    assert capture_attachment(store, "0-3")["gaps"] == [{"code": "model_call_capture_incomplete"}]
+    # Only bad lines: they are what is wrong, not a lack of records.
+    store.path_for("0-4").write_bytes(b"{bad\n[]\n")
+    assert capture_attachment(store, "0-4")["gaps"] == [
+        {"code": "model_call_capture_records_unreadable", "detail": "count=2"}
+    ]
+    # An empty file: dispatched, nothing recorded.
+    store.reset("0-5")
+    assert capture_attachment(store, "0-5")["gaps"] == [{"code": "model_call_capture_no_records"}]
 
 
 @dataclass
@@ -83,6 +95,9 @@ class _Source:
     read_error: OSError | None = None
     marker_error: OSError | None = None
     incomplete: bool = False
+
+    def has_capture(self, rollout_id: str) -> bool:
+        return True
 
     def read_available(self, rollout_id: str) -> AvailableRecords:
         if self.read_error is not None:
@@ -95,12 +110,13 @@ class _Source:
         return self.incomplete
 
 
-def test_every_read_failure_is_a_gap_and_the_rest_is_kept() -> None:
+def test_a_read_failure_is_one_gap_without_detail_and_no_call() -> None:
     eio = OSError(errno.EIO, "Input/output error")
-    source = _Source(records=[(3, _record(0))], marker_error=eio)
-    attachment = capture_attachment(source, "0-0")
-    assert [call["call_index"] for call in attachment["calls"]] == [3]
-    assert attachment["gaps"] == [{"code": GAP_UNREADABLE, "detail": "OSError: Input/output error"}]
+    # A marker that cannot be looked at makes the capture unreadable: what was read is not
+    # trusted alone (EVIDENCE.md 3.2).
+    marker_failed = capture_attachment(_Source(records=[(3, _record(0))], marker_error=eio), "0-0")
+    assert marker_failed["calls"] == []
+    assert marker_failed["gaps"] == [{"code": GAP_UNREADABLE}]
 
     both = capture_attachment(_Source(read_error=eio, incomplete=True), "0-0")
     assert both["calls"] == []
@@ -108,3 +124,49 @@ def test_every_read_failure_is_a_gap_and_the_rest_is_kept() -> None:
 
     empty = capture_attachment(_Source(), "0-0")
     assert [gap["code"] for gap in empty["gaps"]] == [GAP_NO_RECORDS]
+
+
+@pytest.mark.parametrize(
+    ("found", "failed", "bad", "marker", "calls", "expected"),
+    [
+        # EVIDENCE.md section 3.2, row by row, then the combinations it spells out.
+        (False, False, 0, False, 0, [("model_call_capture_no_records", None)]),
+        (True, True, 0, False, 0, [("model_call_capture_unreadable", None)]),
+        (True, False, 3, False, 2, [("model_call_capture_records_unreadable", "count=3")]),
+        (True, False, 0, True, 1, [("model_call_capture_incomplete", None)]),
+        (True, False, 0, False, 0, [("model_call_capture_no_records", None)]),
+        (True, False, 0, True, 0, [("model_call_capture_incomplete", None)]),
+        (True, False, 2, False, 0, [("model_call_capture_records_unreadable", "count=2")]),
+        (
+            True,
+            False,
+            1,
+            True,
+            0,
+            [
+                ("model_call_capture_records_unreadable", "count=1"),
+                ("model_call_capture_incomplete", None),
+            ],
+        ),
+        (
+            True,
+            True,
+            0,
+            True,
+            0,
+            [("model_call_capture_unreadable", None), ("model_call_capture_incomplete", None)],
+        ),
+        (True, False, 0, False, 4, []),
+    ],
+)
+def test_capture_gaps_precedence(
+    found: bool,
+    failed: bool,
+    bad: int,
+    marker: bool,
+    calls: int,
+    expected: list[tuple[str, str | None]],
+) -> None:
+    records = tuple(ModelCallRecord.from_raw(SPEC_RECORD, index) for index in range(calls))
+    gaps = CaptureRead(found, failed, bad, marker, records).gaps()
+    assert [(g.code, g.detail) for g in gaps] == expected

@@ -137,13 +137,130 @@ def test_cache_hit_and_tool_calls_and_model_from_response() -> None:
     assert record.tool_calls == [{"call_id": "call_1", "name": "f", "arguments": {"x": 1}}]
 
 
+# EVIDENCE.md section 3.3, in order.
+DUMP_ORDER = [
+    "model_call_id",
+    "response_id",
+    "client_session_id",
+    "call_index",
+    "model_ref",
+    "model",
+    "dialect",
+    "status_code",
+    "response_status",
+    "finish_reason",
+    "upstream_attempted",
+    "response_source",
+    "upstream_status_code",
+    "local_response_reason",
+    "started_at",
+    "completed_at",
+    "tokens_in",
+    "tokens_out",
+    "tokens_reasoning",
+    "tokens_total",
+    "request",
+    "response",
+    "request_raw",
+    "response_raw",
+    "tool_calls",
+    "reasoning_content",
+    "cache_hit",
+    "cached_tokens",
+    "cache_creation_tokens",
+    "error_category",
+    "latency_total_ms",
+    "latency_ttft_ms",
+]
+
+
 def test_to_dict_field_order_and_payload_drop() -> None:
     record = ModelCallRecord.from_raw(SPEC_RECORD, 0)
     full = record.to_dict()
-    assert list(full)[:4] == ["model_call_id", "response_id", "call_index", "model_ref"]
-    assert len(full) == 28
+    assert list(full) == DUMP_ORDER
     slim = record.to_dict(payloads=False)
-    assert set(full) - set(slim) == {"request", "response", "request_raw", "response_raw"}
+    assert list(slim) == [
+        k for k in DUMP_ORDER if k not in ("request", "response", "request_raw", "response_raw")
+    ]
+    # Unknown values are null, never absent or made up.
+    assert full["client_session_id"] is None
+    assert full["upstream_attempted"] is None
+    assert full["response_source"] is None
+    assert full["upstream_status_code"] is None
+    assert full["local_response_reason"] is None
+
+
+def test_execution_fields_are_copied_from_the_raw_record() -> None:
+    local = {
+        **SPEC_RECORD,
+        "upstream_attempted": False,
+        "response_source": "local",
+        "upstream_status_code": None,
+        "local_response_reason": "context_length_exceeded",
+        "client_session_id": "inv-1",
+    }
+    record = ModelCallRecord.from_raw(local, 3).to_dict()
+    assert record["upstream_attempted"] is False
+    assert record["response_source"] == "local"
+    assert record["upstream_status_code"] is None
+    assert record["local_response_reason"] == "context_length_exceeded"
+    assert record["client_session_id"] == "inv-1"
+    upstream = {
+        **SPEC_RECORD,
+        "upstream_attempted": True,
+        "response_source": "upstream",
+        "upstream_status_code": 200,
+    }
+    record = ModelCallRecord.from_raw(upstream, 0).to_dict()
+    assert (record["upstream_attempted"], record["response_source"]) == (True, "upstream")
+    assert record["upstream_status_code"] == 200
+    # Mistyped values are unknown: a bool is no status, a source outside the two is none.
+    odd = {
+        **SPEC_RECORD,
+        "upstream_attempted": "yes",
+        "response_source": "cache",
+        "upstream_status_code": True,
+        "local_response_reason": 7,
+        "client_session_id": 42,
+    }
+    record = ModelCallRecord.from_raw(odd, 0).to_dict()
+    assert [record[k] for k in ("upstream_attempted", "response_source")] == [None, None]
+    assert [record[k] for k in ("upstream_status_code", "local_response_reason")] == [None, None]
+    assert record["client_session_id"] is None
+
+
+def test_raw_record_writes_execution_fields_only_when_known() -> None:
+    raw = RawRecord(**SPEC_RECORD, upstream_attempted=True, response_source="upstream")
+    out = raw.to_json()
+    assert out["upstream_attempted"] is True
+    assert out["response_source"] == "upstream"
+    assert "upstream_status_code" not in out
+    assert "local_response_reason" not in out
+    assert RawRecord.from_json(out) == raw
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        {},
+        {"type": "resources_servers", "name": "x"},
+        {"type": "responses_api_models"},
+        {"type": "responses_api_models", "name": 3},
+        "policy_model",
+    ],
+)
+def test_model_ref_is_null_when_unknown(value: object) -> None:
+    raw = {**SPEC_RECORD, "model_ref": value}
+    assert ModelCallRecord.from_raw(raw, 0).model_ref is None
+
+
+def test_model_ref_keeps_only_type_and_name() -> None:
+    raw = {**SPEC_RECORD, "model_ref": {"name": "p", "type": "responses_api_models", "x": 1}}
+    assert ModelCallRecord.from_raw(raw, 0).to_dict()["model_ref"] == {
+        "type": "responses_api_models",
+        "name": "p",
+    }
 
 
 @pytest.mark.parametrize(
@@ -167,6 +284,8 @@ def test_to_dict_field_order_and_payload_drop() -> None:
         (None, {"connection_failed": True}, "connection"),
         (None, {"timed_out": True}, "timeout"),
         (200, {"parse_failed": True}, "capture_parse_error"),
+        (400, {"context_length_exceeded": True}, "context_length_exceeded"),
+        (None, {"context_length_exceeded": True, "timed_out": True}, "context_length_exceeded"),
         (None, {}, None),
     ],
 )

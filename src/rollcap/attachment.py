@@ -10,6 +10,7 @@ are the store's (``rollcap.store``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rollcap.metrics import aggregate
@@ -22,7 +23,13 @@ from rollcap.records import (
     ModelCallRecord,
 )
 
-__all__ = ["CaptureSource", "build_attachment", "capture_attachment"]
+__all__ = [
+    "CaptureRead",
+    "CaptureSource",
+    "build_attachment",
+    "capture_attachment",
+    "read_capture",
+]
 
 
 class _Available(Protocol):
@@ -34,7 +41,9 @@ class _Available(Protocol):
 
 
 class CaptureSource(Protocol):
-    """What an attachment reads: ``CaptureStore`` is one. Both may raise ``OSError``."""
+    """What an attachment reads: ``CaptureStore`` is one. Each may raise ``OSError``."""
+
+    def has_capture(self, rollout_id: str) -> bool: ...
 
     def read_available(self, rollout_id: str) -> _Available: ...
 
@@ -60,33 +69,81 @@ def build_attachment(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class CaptureRead:
+    """What a tolerant read of one rollout's capture found.
+
+    ``store_found``: the capture file or its incomplete marker exists. ``read_failed``: reading
+    it raised. ``bad_lines``: lines that are not a JSON object or do not make a call record.
+    ``incomplete``: the marker exists. ``calls``: the records that were read, in capture order.
+    """
+
+    store_found: bool
+    read_failed: bool = False
+    bad_lines: int = 0
+    incomplete: bool = False
+    calls: Sequence[ModelCallRecord] = ()
+
+    def gaps(self) -> list[Gap]:
+        """The capture's gaps, in their fixed order.
+
+        No store (neither the file nor the incomplete marker) is ``no_records`` alone.
+        Otherwise: ``unreadable`` when reading raised (nothing else was read, so neither bad
+        lines nor ``no_records`` follow); ``records_unreadable`` with ``count=N`` for N bad
+        lines; ``incomplete`` when the marker exists; and ``no_records`` only when there is no
+        marker, no call and no bad line, so a marker-only capture is ``[incomplete]`` and a file
+        of bad lines is ``[records_unreadable]``.
+        """
+        if not self.store_found:
+            return [Gap(GAP_NO_RECORDS)]
+        gaps: list[Gap] = []
+        if self.read_failed:
+            gaps.append(Gap(GAP_UNREADABLE))
+        elif self.bad_lines > 0:
+            gaps.append(Gap(GAP_RECORDS_UNREADABLE, f"count={self.bad_lines}"))
+        if self.incomplete:
+            gaps.append(Gap(GAP_INCOMPLETE))
+        elif not self.read_failed and not self.calls and self.bad_lines == 0:
+            gaps.append(Gap(GAP_NO_RECORDS))
+        return gaps
+
+
+def read_capture(store: CaptureSource, rollout_id: str) -> CaptureRead:
+    """Read one rollout's capture tolerantly: never raises for what it finds (only an invalid
+    id raises). A read that fails is ``read_failed``; a line that makes no call record is a bad
+    line."""
+    if not store.has_capture(rollout_id):
+        return CaptureRead(store_found=False)
+    calls: list[ModelCallRecord] = []
+    bad_lines = 0
+    read_failed = incomplete = False
+    try:
+        available = store.read_available(rollout_id)
+    except Exception:
+        read_failed = True
+    else:
+        bad_lines = available.bad_lines
+        for index, raw in available.records:
+            try:
+                calls.append(ModelCallRecord.from_raw(raw, index))
+            except Exception:
+                bad_lines += 1
+    try:
+        incomplete = store.is_incomplete(rollout_id)
+    except OSError:
+        read_failed = True
+    if read_failed:
+        return CaptureRead(store_found=True, read_failed=True, incomplete=incomplete)
+    return CaptureRead(True, False, bad_lines, incomplete, tuple(calls))
+
+
 def capture_attachment(
     store: CaptureSource, rollout_id: str, *, payloads: bool = True
 ) -> dict[str, Any]:
     """The ``ng_model_call_capture`` object for one rollout, reading tolerantly.
 
     Bad lines, a missing or empty capture, the incomplete marker and a file that cannot be read
-    at all each become a gap (``rollcap.records.GAP_*``); only an invalid id raises.
+    at all each become a gap (``CaptureRead.gaps``); only an invalid id raises.
     """
-    gaps: list[Gap] = []
-    records: list[ModelCallRecord] = []
-    try:
-        available = store.read_available(rollout_id)
-    except OSError as exc:
-        gaps.append(_unreadable(exc))
-    else:
-        records = [ModelCallRecord.from_raw(raw, index) for index, raw in available.records]
-        if available.bad_lines:
-            gaps.append(Gap(GAP_RECORDS_UNREADABLE, f"count={available.bad_lines}"))
-        if not records:
-            gaps.append(Gap(GAP_NO_RECORDS))
-    try:
-        if store.is_incomplete(rollout_id):
-            gaps.append(Gap(GAP_INCOMPLETE))
-    except OSError as exc:
-        gaps.append(_unreadable(exc))
-    return build_attachment(rollout_id, records, gaps, payloads=payloads)
-
-
-def _unreadable(exc: OSError) -> Gap:
-    return Gap(GAP_UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}")
+    read = read_capture(store, rollout_id)
+    return build_attachment(rollout_id, read.calls, read.gaps(), payloads=payloads)

@@ -30,12 +30,14 @@ _SUMMED = (
 METRIC_KEYS = (*_SUMMED, "num_calls")
 
 
-def aggregate(records: Iterable[ModelCallRecord]) -> dict[str, Any]:
+def aggregate(records: Iterable[ModelCallRecord], *, rounded: bool = True) -> dict[str, Any]:
     """``tokens_*``, ``cached_tokens``, ``latency_total_ms`` sums and ``num_calls``.
 
-    ``num_calls`` counts every call, failed ones included.
+    ``num_calls`` counts every call, failed ones included. ``rounded=False`` leaves the
+    latency sum as the float additions give it, as ``ng_model_call_capture`` writes it.
     """
-    return _aggregate_rows(tuple(getattr(r, key) for key in _SUMMED) for r in records)
+    rows = (tuple(getattr(r, key) for key in _SUMMED) for r in records)
+    return _aggregate_rows(rows, rounded=rounded)
 
 
 def aggregate_raw(raws: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -68,7 +70,7 @@ def _raw_row(raw: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _aggregate_rows(rows: Iterable[tuple[Any, ...]]) -> dict[str, Any]:
+def _aggregate_rows(rows: Iterable[tuple[Any, ...]], *, rounded: bool = True) -> dict[str, Any]:
     totals: list[Any] = [None] * len(_SUMMED)
     count = 0
     for row in rows:
@@ -77,7 +79,7 @@ def _aggregate_rows(rows: Iterable[tuple[Any, ...]]) -> dict[str, Any]:
             if value is not None:
                 totals[i] = value if totals[i] is None else totals[i] + value
     out = dict(zip(_SUMMED, totals, strict=True))
-    if out["latency_total_ms"] is not None:
+    if rounded and out["latency_total_ms"] is not None:
         # Float sums drift (0.1 + 0.2); latencies are kept at 2 decimals everywhere.
         out["latency_total_ms"] = round(out["latency_total_ms"], 2)
     out["num_calls"] = count

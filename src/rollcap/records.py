@@ -17,6 +17,7 @@ from rollcap._json import as_count, as_str
 from rollcap.dialects import DIALECT_NAMES, Normalized, get_dialect
 
 __all__ = [
+    "CAPTURE_GAP_CODES",
     "GAP_INCOMPLETE",
     "GAP_NO_RECORDS",
     "GAP_RECORDS_UNREADABLE",
@@ -42,6 +43,7 @@ GAP_INCOMPLETE = "model_call_capture_incomplete"
 GAP_UNREADABLE = "model_call_capture_unreadable"
 GAP_TRAJECTORY_PROJECTION_FAILED = "trajectory_projection_failed"
 GAP_TOKEN_CAPTURE_FAILED = "token_capture_failed"
+CAPTURE_GAP_CODES = (GAP_NO_RECORDS, GAP_RECORDS_UNREADABLE, GAP_INCOMPLETE, GAP_UNREADABLE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +83,13 @@ class ErrorCategory(enum.StrEnum):
     CANCELLED = "cancelled"
     CONNECTION = "connection"
     CAPTURE_PARSE_ERROR = "capture_parse_error"
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 
 
 def error_category(
     status_code: int | None,
     *,
+    context_length_exceeded: bool = False,
     stream_error: bool = False,
     incomplete: bool = False,
     truncated: bool = False,
@@ -96,8 +100,13 @@ def error_category(
 ) -> ErrorCategory | None:
     """The contract's error category of one call: the first rule that applies, else ``None``.
 
-    The HTTP status decides first, so a 429 whose body also failed to parse is ``rate_limit``.
+    A prompt longer than the model's context comes first: an OpenAI-compatible server refuses
+    it with a plain 400, which the status alone would call ``client_error``, and a model server
+    that answers it locally sends no upstream status at all. Then the HTTP status decides, so a
+    429 whose body also failed to parse is ``rate_limit``.
     """
+    if context_length_exceeded:
+        return ErrorCategory.CONTEXT_LENGTH_EXCEEDED
     if status_code is not None:
         if status_code in (408, 504):
             return ErrorCategory.TIMEOUT
@@ -134,6 +143,16 @@ def round_ms(value: float | None) -> float | None:
     return None if value is None else round(float(value), 2)
 
 
+# How the model server produced a call's answer: whether it tried the upstream, whether the
+# answer is the upstream's or its own, the upstream's HTTP status, and why it answered itself.
+EXECUTION_KEYS = (
+    "upstream_attempted",
+    "response_source",
+    "upstream_status_code",
+    "local_response_reason",
+)
+RESPONSE_SOURCES = frozenset(("upstream", "local"))
+
 _REQUIRED_KEYS = (
     "model_call_id",
     "dialect",
@@ -147,7 +166,13 @@ _REQUIRED_KEYS = (
     "request",
     "response",
 )
-_OPTIONAL_KEYS = ("request_raw", "response_raw", "client_session_id", "gaps")
+_OPTIONAL_KEYS = (
+    "request_raw",
+    "response_raw",
+    "client_session_id",
+    *EXECUTION_KEYS,
+    "gaps",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +194,10 @@ class RawRecord:
     response_raw: str | None = None
     client_session_id: str | None = None
     gaps: list[dict[str, Any]] | None = None
+    upstream_attempted: bool | None = None
+    response_source: str | None = None
+    upstream_status_code: int | None = None
+    local_response_reason: str | None = None
 
     def __post_init__(self) -> None:
         # Latencies are kept at 2 decimals, as the format says; rounding here means every
@@ -203,9 +232,12 @@ class RawRecord:
             value = obj.get(key)
             return value if isinstance(value, dict) else None
 
-        status = obj.get("status_code")
-        if isinstance(status, bool) or not isinstance(status, int):
-            status = None
+        def _int(key: str) -> int | None:
+            value = obj.get(key)
+            return None if isinstance(value, bool) or not isinstance(value, int) else value
+
+        attempted = obj.get("upstream_attempted")
+        source = obj.get("response_source")
         gaps = obj.get("gaps")
         return cls(
             model_call_id=as_str(obj.get("model_call_id")) or "",
@@ -215,7 +247,7 @@ class RawRecord:
             completed_at=_num("completed_at") or 0.0,
             latency_ms=_num("latency_ms"),
             latency_ttft_ms=_num("latency_ttft_ms"),
-            status_code=status,
+            status_code=_int("status_code"),
             error_category=as_str(obj.get("error_category")),
             request=_obj("request"),
             response=_obj("response"),
@@ -223,41 +255,54 @@ class RawRecord:
             response_raw=as_str(obj.get("response_raw")),
             client_session_id=as_str(obj.get("client_session_id")),
             gaps=[g for g in gaps if isinstance(g, dict)] if isinstance(gaps, list) else None,
+            upstream_attempted=attempted if isinstance(attempted, bool) else None,
+            response_source=source if source in RESPONSE_SOURCES else None,
+            upstream_status_code=_int("upstream_status_code"),
+            local_response_reason=as_str(obj.get("local_response_reason")),
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelCallRecord:
-    """One model call, normalized. Field order is the contract's."""
+    """One model call, normalized. Field order is the dump's (EVIDENCE.md section 3.3).
+
+    Every field is present in a dump, null when unknown: ``model_ref`` is null unless the raw
+    record names a model server, and ``client_session_id`` unless the raw record's is a string.
+    The four execution fields are copied from the raw record when it has them.
+    """
 
     model_call_id: str
-    response_id: str | None
+    response_id: str | None = None
+    client_session_id: str | None = None
     call_index: int
-    model_ref: dict[str, Any]
-    model: str | None
+    model_ref: dict[str, str] | None = None
+    model: str | None = None
     dialect: str
-    status_code: int | None
-    response_status: str | None
-    finish_reason: str | None
+    status_code: int | None = None
+    response_status: str | None = None
+    finish_reason: str | None = None
+    upstream_attempted: bool | None = None
+    response_source: str | None = None
+    upstream_status_code: int | None = None
+    local_response_reason: str | None = None
     started_at: float
     completed_at: float
-    tokens_in: int | None
-    tokens_out: int | None
-    tokens_reasoning: int | None
-    tokens_total: int | None
-    cached_tokens: int | None
-    cache_creation_tokens: int | None
-    cache_hit: bool | None
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    reasoning_content: str | None = None
-    error_category: str | None = None
-    latency_total_ms: float | None = None
-    latency_ttft_ms: float | None = None
-    client_session_id: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens_reasoning: int | None = None
+    tokens_total: int | None = None
     request: dict[str, Any] | None = None
     response: dict[str, Any] | None = None
     request_raw: str | None = None
     response_raw: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning_content: str | None = None
+    cache_hit: bool | None = None
+    cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    error_category: str | None = None
+    latency_total_ms: float | None = None
+    latency_ttft_ms: float | None = None
 
     @classmethod
     def from_raw(cls, raw: RawRecord | Mapping[str, Any], call_index: int) -> ModelCallRecord:
@@ -273,7 +318,7 @@ class ModelCallRecord:
             model_call_id=raw.model_call_id,
             response_id=normalized.response_id,
             call_index=call_index,
-            model_ref=raw.model_ref,
+            model_ref=_server_ref(raw.model_ref),
             model=normalized.model or request_model,
             dialect=raw.dialect,
             status_code=raw.status_code,
@@ -294,6 +339,10 @@ class ModelCallRecord:
             latency_total_ms=raw.latency_ms,
             latency_ttft_ms=raw.latency_ttft_ms,
             client_session_id=raw.client_session_id,
+            upstream_attempted=raw.upstream_attempted,
+            response_source=raw.response_source,
+            upstream_status_code=raw.upstream_status_code,
+            local_response_reason=raw.local_response_reason,
             request=raw.request,
             response=raw.response,
             request_raw=raw.request_raw,
@@ -310,3 +359,11 @@ class ModelCallRecord:
 
 
 _PAYLOAD_KEYS = ("request", "response", "request_raw", "response_raw")
+
+
+def _server_ref(value: Mapping[str, Any]) -> dict[str, str] | None:
+    """``{type, name}`` when ``value`` names a model server, else ``None`` (unknown)."""
+    name = value.get("name")
+    if value.get("type") != MODEL_REF_TYPE or not isinstance(name, str):
+        return None
+    return {"type": MODEL_REF_TYPE, "name": name}

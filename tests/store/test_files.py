@@ -96,7 +96,15 @@ def test_non_object_lines_are_bad(tmp_path: Path) -> None:
         store.read("x")
     available = store.read_available("x")
     assert available.records == [(1, {"a": 1})]
-    assert available.bad_lines == 3
+    assert available.bad_lines == 2  # the blank line is no record, not a bad one
+
+
+def test_blank_lines_are_neither_counted_nor_indexed(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    store.path_for("x").write_bytes(b'\n{"a": 1}\n  \n\t\nnot json\n\n{"b": 2}\n')
+    available = store.read_available("x")
+    assert available.records == [(0, {"a": 1}), (2, {"b": 2})]
+    assert available.bad_lines == 1
 
 
 def test_clear_and_markers(tmp_path: Path) -> None:

@@ -344,7 +344,8 @@ def _call_span(
     _set(attributes, "rollcap.model_call_id", record.model_call_id or None)
     _set(attributes, "rollcap.client_session_id", record.client_session_id)
     attributes["rollcap.call_index"] = line_index
-    _set(attributes, "rollcap.model_ref.name", as_str(record.model_ref.get("name")))
+    model_ref = record.model_ref or {}
+    _set(attributes, "rollcap.model_ref.name", as_str(model_ref.get("name")))
     if options.content is ContentMode.FULL:
         _content_attributes(record, options, attributes)
     elif options.content is ContentMode.REF and capture_file is not None:

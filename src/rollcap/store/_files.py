@@ -418,10 +418,15 @@ class CaptureStore:
         return records
 
     def read_available(self, rollout_id: str) -> AvailableRecords:
-        """Every whole record with its 0-based line index, skipping (and counting) bad lines."""
+        """Every whole record with its 0-based index, skipping (and counting) bad lines.
+
+        A bad line keeps its index, so the records after it keep theirs; a blank line is no
+        record at all: it is neither counted nor given an index.
+        """
         good: list[tuple[int, dict[str, Any]]] = []
         bad = 0
-        for index, line in enumerate(self._read_lines(self._file(rollout_id))):
+        lines = (line for line in self._read_lines(self._file(rollout_id)) if line.strip())
+        for index, line in enumerate(lines):
             parsed = _parse_line(line)
             if isinstance(parsed, str):
                 bad += 1
@@ -459,6 +464,11 @@ class CaptureStore:
             self._ensure_directory()
             fd = os.open(path, flags, _FILE_MODE)
         os.close(fd)
+
+    def has_capture(self, rollout_id: str) -> bool:
+        """Whether the rollout's file or its incomplete marker exists (one that cannot be
+        looked at counts as absent)."""
+        return os.path.exists(self._file(rollout_id)) or os.path.exists(self._marker(rollout_id))
 
     def is_incomplete(self, rollout_id: str) -> bool:
         try:

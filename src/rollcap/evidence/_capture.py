@@ -1,0 +1,135 @@
+"""The merge: ``ng_model_call_capture`` and the joined ``ng_agent_observations`` (pure).
+
+``merge_model_call_capture(record, rollout_id, read, include_payloads=...)`` takes what a
+tolerant read of the rollout's capture found (``CaptureRead``) and writes, in place:
+
+- ``ng_agent_observations``, when the record has one, as the bundle joined with the calls
+  (section 4); an invalid bundle, or a join that raises, leaves the agent's value exactly as
+  sent and adds ``agent_observation_join_failed`` to the capture gaps;
+- ``ng_model_call_capture``: ``{rollout_id, metrics, calls[, gaps]}``, the calls without
+  their payloads unless ``include_payloads``, the gaps without null keys and only when there
+  are some (EVIDENCE.md section 3.1).
+
+The join always sees the calls' payloads; ``include_payloads`` only decides the dump.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rollcap.attachment import CaptureRead
+from rollcap.evidence._codes import (
+    CAPTURE_KEY,
+    GAP_COMPACTION_JOIN_FAILED,
+    GAP_JOIN_FAILED,
+    GAP_MULTIMODAL_HISTORY_REDACTED,
+    OBSERVATIONS_KEY,
+    TRAJECTORY_KEY,
+)
+from rollcap.evidence._compaction import CLAUDE_CODE_SOURCE, associate_compaction_calls
+from rollcap.evidence._join import join_model_call_observations
+from rollcap.evidence._models import AgentObservationBundle, dump
+from rollcap.metrics import aggregate
+from rollcap.records import Gap, ModelCallRecord
+
+__all__ = [
+    "capture_object",
+    "evidence_rollout_id",
+    "merge_model_call_capture",
+    "payloads_redacted",
+]
+
+_ATTEMPT_KEY = "_ng_attempt_index"
+
+
+def evidence_rollout_id(record: Mapping[str, Any]) -> str | None:
+    """The capture rollout id a record names, or ``None`` when it names none.
+
+    ``_ng_rollout_id`` when present, else ``<task>-<rollout>`` from the indices; then
+    ``-a<n>`` when the attempt index n is above 0. Whether the id may name a file is the
+    store's business, not this function's.
+    """
+    explicit = record.get("_ng_rollout_id")
+    if explicit is not None:
+        base = str(explicit)
+    else:
+        task = record.get("_ng_task_index")
+        rollout = record.get("_ng_rollout_index")
+        if task is None or rollout is None:
+            return None
+        base = f"{task}-{rollout}"
+    attempt = record.get(_ATTEMPT_KEY)
+    if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0:
+        return f"{base}-a{attempt}"
+    return base
+
+
+def payloads_redacted(answer: Mapping[str, Any]) -> bool:
+    """Whether the agent's own evidence says it redacted multimodal history (section 7).
+
+    Looked for by code alone, in the ``gaps`` list of the answer's ``ng_trajectory`` and
+    ``ng_agent_observations`` objects; the merge then leaves every payload out.
+    """
+    for key in (TRAJECTORY_KEY, OBSERVATIONS_KEY):
+        evidence = answer.get(key)
+        if not isinstance(evidence, dict):
+            continue
+        gaps = evidence.get("gaps")
+        if isinstance(gaps, list) and any(
+            isinstance(gap, dict) and gap.get("code") == GAP_MULTIMODAL_HISTORY_REDACTED
+            for gap in gaps
+        ):
+            return True
+    return False
+
+
+def capture_object(
+    rollout_id: str,
+    calls: Sequence[ModelCallRecord],
+    gaps: Sequence[Gap],
+    *,
+    include_payloads: bool,
+) -> dict[str, Any]:
+    """``{rollout_id, metrics, calls[, gaps]}``; ``gaps`` only when there are some."""
+    out: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "metrics": aggregate(calls, rounded=False),
+        "calls": [call.to_dict(payloads=include_payloads) for call in calls],
+    }
+    if gaps:
+        out["gaps"] = [gap.to_dict() for gap in gaps]
+    return out
+
+
+def merge_model_call_capture(
+    record: dict[str, Any],
+    rollout_id: str,
+    read: CaptureRead,
+    *,
+    include_payloads: bool,
+) -> None:
+    """Write the joined bundle and ``ng_model_call_capture`` into ``record``; never raises
+    for what the agent sent."""
+    gaps = read.gaps()
+    observations = record.get(OBSERVATIONS_KEY)
+    if observations is not None:
+        try:
+            joined = _join(observations, read.calls)
+        except Exception:  # an invalid bundle included: the agent's value stays as sent
+            gaps.append(Gap(GAP_JOIN_FAILED))
+        else:
+            record[OBSERVATIONS_KEY] = joined
+    record[CAPTURE_KEY] = capture_object(
+        rollout_id, read.calls, gaps, include_payloads=include_payloads
+    )
+
+
+def _join(observations: object, calls: Sequence[ModelCallRecord]) -> dict[str, Any]:
+    bundle = AgentObservationBundle.model_validate(observations)
+    if bundle.source == CLAUDE_CODE_SOURCE:
+        try:
+            bundle = associate_compaction_calls(bundle, calls)
+        except Exception:
+            bundle.gaps = [*bundle.gaps, Gap(GAP_COMPACTION_JOIN_FAILED)]
+    return dump(join_model_call_observations(bundle, calls))
