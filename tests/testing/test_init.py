@@ -12,6 +12,7 @@ PUBLIC = {
     "HEADER_DELAY_MS",
     "HEADER_EVENTS",
     "HEADER_SCENARIO",
+    "HEADER_TOOL_TURNS",
     "PREFIX_IDS_FIELD",
     "SCENARIOS",
     "FakeUpstream",
@@ -38,10 +39,12 @@ def test_header_names_and_scenarios() -> None:
     assert rollcap.testing.HEADER_DELAY_MS == "x-fake-delay-ms"
     assert rollcap.testing.HEADER_CHUNK_DELAY_MS == "x-fake-chunk-delay-ms"
     assert rollcap.testing.HEADER_CACHED_TOKENS == "x-fake-cached-tokens"
+    assert rollcap.testing.HEADER_TOOL_TURNS == "x-fake-tool-turns"
     assert rollcap.testing.PREFIX_IDS_FIELD == "required_prefix_token_ids"
     assert set(rollcap.testing.SCENARIOS) == {
         "text",
         "tool",
+        "tool_turns",
         "reasoning",
         "incomplete",
         "malformed_json",
@@ -55,4 +58,5 @@ def test_header_names_and_scenarios() -> None:
         "http_429",
         "http_500",
         "http_503",
+        "context_length",
     }

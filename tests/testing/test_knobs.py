@@ -61,6 +61,12 @@ def test_delays_are_read_in_milliseconds() -> None:
     assert knobs.chunk_delay_s == 0.0015
 
 
+def test_tool_turns_default_to_two_and_take_zero() -> None:
+    assert read_knobs({}, {}).tool_turns == 2
+    assert read_knobs({"x-fake-tool-turns": "5"}, {}).tool_turns == 5
+    assert read_knobs({"x-fake-tool-turns": "0"}, {}).tool_turns == 0
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
@@ -73,6 +79,7 @@ def test_delays_are_read_in_milliseconds() -> None:
         ("x-fake-delay-ms", "soon"),
         ("x-fake-delay-ms", "-5"),
         ("x-fake-chunk-delay-ms", "nan"),
+        ("x-fake-tool-turns", "two"),
     ],
 )
 def test_bad_knobs_are_refused(name: str, value: str) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
-from rollcap.dialects import StreamOutcome, get_dialect, reassemble
+from rollcap.dialects import StreamOutcome, context_length_exceeded, get_dialect, reassemble
 from rollcap.testing import expected_response
 from rollcap.testing._knobs import DIALECTS
 from rollcap.testing._scenarios import ReplyKind, answer, is_authorized
@@ -124,6 +126,80 @@ def test_tool_arguments_stream_in_several_deltas(dialect: str) -> None:
     }
     events = decode(streamed(dialect, request(dialect), {"x-fake-scenario": "tool"}).events)
     assert sum(kinds[dialect] in event.data for event in events) >= 3
+
+
+def _with_tool_result(dialect: str, body: dict[str, Any], answer_: dict[str, Any]) -> None:
+    """Append the model's tool call and its result to the conversation, in the dialect's shape."""
+    (call,) = get_dialect(dialect).normalize(answer_).tool_calls
+    output = f"result of {call.name}"
+    if dialect == "responses":
+        if isinstance(body["input"], str):
+            body["input"] = [{"role": "user", "content": body["input"]}]
+        body["input"] += [
+            *answer_["output"],
+            {"type": "function_call_output", "call_id": call.call_id, "output": output},
+        ]
+    elif dialect == "chat":
+        body["messages"] += [
+            answer_["choices"][0]["message"],
+            {"role": "tool", "tool_call_id": call.call_id, "content": output},
+        ]
+    else:
+        body["messages"] += [
+            {"role": "assistant", "content": answer_["content"]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call.call_id, "content": output}
+                ],
+            },
+        ]
+
+
+@pytest.mark.parametrize("turns", [None, 3, 0])
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_tool_turns_call_the_tools_in_turn_then_answer(dialect: str, turns: int | None) -> None:
+    body = request(dialect)
+    second = {"type": "object", "properties": {"zone": {"type": "string"}}}
+    if dialect == "responses":
+        body["tools"].append({"type": "function", "name": "get_time", "parameters": second})
+    elif dialect == "chat":
+        body["tools"].append(
+            {"type": "function", "function": {"name": "get_time", "parameters": second}}
+        )
+    else:
+        body["tools"].append({"name": "get_time", "input_schema": second})
+    headers = {"x-fake-scenario": "tool_turns"}
+    if turns is not None:
+        headers["x-fake-tool-turns"] = str(turns)
+    called: list[tuple[str, Any]] = []
+    for _ in range(5):
+        answer_ = json_of(reply(dialect, body, headers))
+        normalized = get_dialect(dialect).normalize(answer_)
+        if not normalized.tool_calls:
+            break
+        called += [(c.name, c.arguments) for c in normalized.tool_calls]
+        _with_tool_result(dialect, body, answer_)
+    weather = ("get_weather", {"city": "example city", "unit": "celsius"})
+    time_ = ("get_time", {"zone": "example zone"})
+    assert called == [weather, time_, weather][: 2 if turns is None else turns]
+    assert normalized.finish_reason in (None, "stop", "end_turn")
+    text = "Hello! This is the rollcap fake upstream answering your request."
+    assert text in orjson.dumps(answer_).decode()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_context_length_is_a_400_each_api_words_its_own_way(dialect: str) -> None:
+    refused = reply(dialect, request(dialect), {"x-fake-scenario": "context_length"})
+    assert refused.status == 400
+    body = json_of(refused)
+    assert context_length_exceeded(400, body)
+    if dialect == "messages":
+        assert body["error"]["type"] == "invalid_request_error"
+        assert body["error"]["message"].startswith("prompt is too long: ")
+    else:
+        assert body["error"]["code"] == "context_length_exceeded"
+        assert "maximum context length is 4096 tokens" in body["error"]["message"]
 
 
 def test_reasoning_shapes() -> None:

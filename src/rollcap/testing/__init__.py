@@ -15,12 +15,18 @@ a scenario name, else ``text``:
   ``x-fake-content-bytes: N``: about N bytes of text.
 - ``tool``: a call to the request's first tool (else ``lookup``), arguments sampled from its
   schema, split over several deltas when streamed.
+- ``tool_turns``: a multi-turn tool conversation. While the request sends back fewer tool results
+  than ``x-fake-tool-turns`` (default 2), a call to its next tool (the request's tools in turn,
+  arguments sampled from the tool's schema, as ``tool``); then the text answer. An agent that
+  runs the tools and sends their results back thus gets N tool calls, then its answer.
 - ``reasoning``: reasoning (Responses summary, chat ``reasoning_content``, Anthropic ``thinking``
   with a signature), then text.
 - ``incomplete``: text cut by the output limit (``response.incomplete`` / ``length`` /
   ``max_tokens``).
 - ``http_400``, ``http_401``, ``http_404``, ``http_429``, ``http_500``, ``http_503`` (any
   ``http_<4xx|5xx>``): that status with the dialect's error body.
+- ``context_length``: 400, the prompt exceeds the model's context: OpenAI's error with code
+  ``context_length_exceeded`` (Responses and chat), Anthropic's ``prompt is too long``.
 - ``malformed_json``: a 200 body that is not JSON; streamed, one data line that is not JSON in the
   middle of an otherwise complete stream.
 - ``truncate``: a stream cut half-way without its terminal event, or a body cut short of its
@@ -59,6 +65,7 @@ from rollcap.testing._knobs import (
     HEADER_DELAY_MS,
     HEADER_EVENTS,
     HEADER_SCENARIO,
+    HEADER_TOOL_TURNS,
     SCENARIOS,
 )
 from rollcap.testing._scenarios import expected_response
@@ -80,6 +87,7 @@ __all__ = [
     "HEADER_DELAY_MS",
     "HEADER_EVENTS",
     "HEADER_SCENARIO",
+    "HEADER_TOOL_TURNS",
     "PREFIX_IDS_FIELD",
     "SCENARIOS",
     "FakeUpstream",

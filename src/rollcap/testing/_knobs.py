@@ -17,6 +17,7 @@ from rollcap._json import as_str
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DEFAULT_TOOL_TURNS",
     "DIALECTS",
     "HEADER_CACHED_TOKENS",
     "HEADER_CHUNK_DELAY_MS",
@@ -24,6 +25,7 @@ __all__ = [
     "HEADER_DELAY_MS",
     "HEADER_EVENTS",
     "HEADER_SCENARIO",
+    "HEADER_TOOL_TURNS",
     "SCENARIOS",
     "KnobError",
     "Knobs",
@@ -41,12 +43,15 @@ HEADER_CONTENT_BYTES: Final = "x-fake-content-bytes"
 HEADER_CACHED_TOKENS: Final = "x-fake-cached-tokens"
 HEADER_DELAY_MS: Final = "x-fake-delay-ms"
 HEADER_CHUNK_DELAY_MS: Final = "x-fake-chunk-delay-ms"
+HEADER_TOOL_TURNS: Final = "x-fake-tool-turns"
+DEFAULT_TOOL_TURNS: Final = 2
 
 # Scenarios that complete (their stream ends with the dialect's terminal event).
-_COMPLETING = ("text", "tool", "reasoning", "incomplete")
+_COMPLETING = ("text", "tool", "tool_turns", "reasoning", "incomplete")
 _FAILING = ("malformed_json", "truncate", "stream_error", "hang", "disconnect")
 _HTTP_ERRORS = ("http_400", "http_401", "http_404", "http_429", "http_500", "http_503")
-SCENARIOS: Final = _COMPLETING + _FAILING + _HTTP_ERRORS
+_REFUSING = ("context_length",)
+SCENARIOS: Final = _COMPLETING + _FAILING + _HTTP_ERRORS + _REFUSING
 """The named scenarios. Besides these, ``http_<status>`` answers any status from 400 to 599."""
 
 # Upper bounds on the knobs, so that a typo cannot make the fake build gigabytes.
@@ -69,6 +74,7 @@ class Knobs:
     cached_tokens: int | None = None
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0
+    tool_turns: int = DEFAULT_TOOL_TURNS
 
 
 def http_status(scenario: str) -> int | None:
@@ -119,6 +125,7 @@ def read_knobs(headers: Mapping[str, str], body: Mapping[str, Any]) -> Knobs:
     else:
         model = as_str(body.get("model"))
         scenario = model if model is not None and _is_scenario(model) else "text"
+    tool_turns = _count(headers, HEADER_TOOL_TURNS, _MAX_EVENTS)
     return Knobs(
         scenario=scenario,
         events=_count(headers, HEADER_EVENTS, _MAX_EVENTS),
@@ -126,4 +133,5 @@ def read_knobs(headers: Mapping[str, str], body: Mapping[str, Any]) -> Knobs:
         cached_tokens=_count(headers, HEADER_CACHED_TOKENS, _MAX_BYTES),
         delay_s=_delay(headers, HEADER_DELAY_MS),
         chunk_delay_s=_delay(headers, HEADER_CHUNK_DELAY_MS),
+        tool_turns=DEFAULT_TOOL_TURNS if tool_turns is None else tool_turns,
     )

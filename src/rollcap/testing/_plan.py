@@ -31,7 +31,15 @@ from rollcap._json import as_dict, as_str
 from rollcap.testing import _tokens as tokenizer
 from rollcap.testing._knobs import DEFAULT_MODEL, KnobError, Knobs
 
-__all__ = ["Finish", "Plan", "PlannedUsage", "TokenPlan", "ToolPlan", "plan_answer"]
+__all__ = [
+    "Finish",
+    "Plan",
+    "PlannedUsage",
+    "TokenPlan",
+    "ToolPlan",
+    "plan_answer",
+    "tool_results",
+]
 
 _DEFAULT_TEXT = "Hello! This is the rollcap fake upstream answering your request."
 _REASONING_TEXT = (
@@ -162,8 +170,9 @@ def _answer_text(knobs: Knobs) -> tuple[str, tuple[str, ...]]:
     return _DEFAULT_TEXT, _word_pieces(_DEFAULT_TEXT)
 
 
-def _first_tool(body: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
-    """The first named tool of the request, in any dialect's shape, and its parameter schema."""
+def _tools(body: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The request's named tools, in any dialect's shape, each with its parameter schema."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
     tools = body.get("tools")
     for raw in tools if isinstance(tools, list) else ():
         tool = as_dict(raw)
@@ -173,8 +182,35 @@ def _first_tool(body: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
             schema = (
                 tool.get("parameters") or tool.get("input_schema") or function.get("parameters")
             )
-            return name, as_dict(schema)
-    return _DEFAULT_TOOL, {}
+            found.append((name, as_dict(schema)))
+    return found
+
+
+def _nth_tool(body: Mapping[str, Any], index: int) -> tuple[str, Mapping[str, Any]]:
+    """The request's tool at ``index``, counting round its tools (else ``lookup``)."""
+    tools = _tools(body)
+    return tools[index % len(tools)] if tools else (_DEFAULT_TOOL, {})
+
+
+def tool_results(dialect: str, body: Mapping[str, Any]) -> int:
+    """How many tool results the request sends back: Responses ``function_call_output`` items,
+    chat ``tool`` messages, Messages ``tool_result`` blocks."""
+
+    def listed(value: object) -> list[Mapping[str, Any]]:
+        return [as_dict(item) for item in value] if isinstance(value, list) else []
+
+    if dialect == "responses":
+        items = listed(body.get("input"))
+        return sum(1 for item in items if item.get("type") == "function_call_output")
+    messages = listed(body.get("messages"))
+    if dialect == "chat":
+        return sum(1 for message in messages if message.get("role") == "tool")
+    return sum(
+        1
+        for message in messages
+        for block in listed(message.get("content"))
+        if block.get("type") == "tool_result"
+    )
 
 
 def _sample_value(schema: Mapping[str, Any], name: str) -> Any:
@@ -217,8 +253,9 @@ def plan_answer(dialect: str, body: Mapping[str, Any], knobs: Knobs) -> Plan:
     reasoning_pieces: tuple[str, ...] = ()
     tool: ToolPlan | None = None
     finish = Finish.STOP
-    if knobs.scenario == "tool":
-        name, schema = _first_tool(body)
+    turn = tool_results(dialect, body) if knobs.scenario == "tool_turns" else 0
+    if knobs.scenario == "tool" or (knobs.scenario == "tool_turns" and turn < knobs.tool_turns):
+        name, schema = _nth_tool(body, turn)
         arguments = orjson.dumps(_sample_arguments(schema)).decode()
         pieces = (
             _even_pieces(arguments, knobs.events)

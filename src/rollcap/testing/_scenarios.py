@@ -151,6 +151,38 @@ def error_reply(dialect: str, status: int, request_id: str, message: str | None 
     )
 
 
+# The context the fake pretends its model has, for the context_length scenario.
+_FAKE_CONTEXT_TOKENS = 4096
+
+
+def context_length_reply(dialect: str, body: Mapping[str, Any], request_id: str) -> Reply:
+    """A 400 saying the prompt exceeds the model's context, as each API words it: OpenAI's
+    ``context_length_exceeded`` error (the chat routes, as vLLM's OpenAI server words it too)
+    and Anthropic's ``prompt is too long``."""
+    asked = _FAKE_CONTEXT_TOKENS + 1 + len(orjson.dumps(body)) // 4
+    if dialect == "messages":
+        message = f"prompt is too long: {asked} tokens > {_FAKE_CONTEXT_TOKENS} maximum"
+        return error_reply(dialect, 400, request_id, message)
+    message = (
+        f"This model's maximum context length is {_FAKE_CONTEXT_TOKENS} tokens. However, your "
+        f"messages resulted in {asked} tokens. Please reduce the length of the messages."
+    )
+    error = {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+    return Reply(
+        ReplyKind.BODY,
+        status=400,
+        headers=_headers(dialect, request_id, _JSON),
+        body=orjson.dumps(error),
+    )
+
+
 def is_authorized(dialect: str, headers: Mapping[str, str], api_key: str) -> bool:
     """OpenAI routes take ``authorization: Bearer <key>``; Anthropic also ``x-api-key: <key>``."""
     offered: list[str] = []
@@ -197,6 +229,8 @@ def _scenario_reply(dialect: str, body: Mapping[str, Any], knobs: Knobs, request
     status = http_status(scenario)
     if status is not None:
         return error_reply(dialect, status, request_id)
+    if scenario == "context_length":
+        return context_length_reply(dialect, body, request_id)
     renderer = _RENDERERS[dialect]
     try:
         plan = plan_answer(dialect, body, knobs)
