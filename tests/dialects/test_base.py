@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from rollcap.dialects import error_message, get_dialect
+from rollcap.dialects import context_length_exceeded, error_message, get_dialect
 from rollcap.dialects._base import openai_error
 
 
@@ -62,3 +62,35 @@ def test_error_message_reads_any_dialects_error_body(
     body: dict[str, Any], message: str | None
 ) -> None:
     assert error_message(body) == message
+
+
+_VLLM = "This model's maximum context length is 8 tokens. However, you requested 9 tokens."
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "exceeded"),
+    [
+        (400, {"error": {"message": "x", "code": "context_length_exceeded"}}, True),
+        (400, {"object": "error", "message": _VLLM, "type": "BadRequestError", "code": 400}, True),
+        (
+            400,
+            {"error": {"message": "The decoder prompt is longer than the maximum model length"}},
+            True,
+        ),  # noqa: E501
+        (400, {"error": {"message": "Your input exceeds the context window of this model."}}, True),
+        (
+            413,
+            {"type": "error", "error": {"message": "prompt is too long: 9 tokens > 8 maximum"}},
+            True,
+        ),  # noqa: E501
+        (400, {"error": {"message": "temperature must be at most 2"}}, False),
+        (500, {"error": {"message": _VLLM, "code": "context_length_exceeded"}}, False),
+        (429, {"error": {"code": "context_length_exceeded"}}, False),
+        (400, None, False),
+        (None, {"error": {"code": "context_length_exceeded"}}, False),
+    ],
+)
+def test_context_length_exceeded_reads_each_apis_wording(
+    status: int | None, body: dict[str, Any] | None, exceeded: bool
+) -> None:
+    assert context_length_exceeded(status, body) is exceeded

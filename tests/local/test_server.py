@@ -5,6 +5,7 @@ from __future__ import annotations
 import anthropic
 import httpx2
 import openai
+import pytest
 
 from rollcap import CaptureStore, ModelCallRecord, read_model_call_records
 from rollcap.local import MODEL_ID, LocalEngine
@@ -101,3 +102,31 @@ async def test_chat_clients_pass_through_to_the_embedded_model(
     assert record.dialect == "chat"
     assert answer.usage is not None
     assert record.tokens_out == answer.usage.completion_tokens
+
+
+async def test_a_prompt_too_long_for_the_embedded_model_is_context_length_exceeded(
+    local_model_server: LocalModelServer,
+) -> None:
+    # The embedded model refuses with OpenAI's code; the Messages client gets Anthropic's shape,
+    # which has no code, and the record still says why.
+    async with httpx2.AsyncClient(timeout=60) as http:
+        ant = anthropic.AsyncAnthropic(
+            base_url=f"{local_model_server.url}/ng-rollout/local-long",
+            api_key="unused",
+            max_retries=0,
+            http_client=http,
+        )
+        with pytest.raises(anthropic.BadRequestError):
+            await ant.messages.create(
+                model=MODEL_ID,
+                max_tokens=8,
+                messages=[{"role": "user", "content": "word " * 9000}],
+            )
+    (record,) = read_model_call_records(CaptureStore(local_model_server.capture_dir), "local-long")
+    assert record.error_category == "context_length_exceeded"
+    assert (record.upstream_attempted, record.response_source, record.upstream_status_code) == (
+        True,
+        "upstream",
+        400,
+    )
+    assert record.local_response_reason is None

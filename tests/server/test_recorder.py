@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from rollcap.records import ErrorCategory, RawRecord
-from rollcap.server._recorder import CallFailure, CallRecorder, Clock
+from rollcap.server._recorder import CallFailure, CallRecorder, Clock, LocalReason
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SSE = {"content-type": "text/event-stream; charset=utf-8"}
@@ -179,3 +179,150 @@ def test_an_upstream_failure_is_noted_as_its_category(
     record = _finish(recorder, Clock(wall=1001.0, mono=51.0))
     assert record.error_category == expected
     assert record.status_code == (None if expected else 200)
+
+
+# -- how the answer came about: the execution fields --------------------------------------------
+
+
+def _execution(record: RawRecord) -> tuple[object, ...]:
+    return (
+        record.upstream_attempted,
+        record.response_source,
+        record.upstream_status_code,
+        record.local_response_reason,
+    )
+
+
+def test_an_upstream_answer_is_the_upstreams() -> None:
+    recorder = _recorder()
+    recorder.upstream_attempt()
+    recorder.upstream_status(200)
+    recorder.response_start(200, JSON)
+    recorder.body(b'{"id": "x"}')
+    record = _finish(recorder, Clock(1, 1))
+    assert _execution(record) == (True, "upstream", 200, None)
+    assert record.to_json()["response_source"] == "upstream"
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        (CallFailure.CONNECTION, LocalReason.UPSTREAM_UNREACHABLE),
+        (CallFailure.TIMEOUT, LocalReason.UPSTREAM_TIMEOUT),
+    ],
+)
+def test_an_upstream_that_never_answered_gets_the_servers_own_answer(
+    failure: CallFailure, reason: LocalReason
+) -> None:
+    recorder = _recorder()
+    recorder.upstream_attempt()
+    recorder.fail(failure)
+    recorder.response_start(502, JSON)
+    recorder.body(b'{"error": {"message": "upstream unreachable"}}')
+    assert _execution(_finish(recorder, Clock(1, 1))) == (True, "local", None, reason.value)
+
+
+def test_an_answer_read_too_slowly_keeps_the_upstreams_status() -> None:
+    recorder = _recorder()
+    recorder.upstream_attempt()
+    recorder.upstream_status(200)
+    recorder.upstream_failed(ErrorCategory.TIMEOUT)
+    recorder.response_start(504, JSON)
+    record = _finish(recorder, Clock(1, 1))
+    assert _execution(record) == (True, "local", 200, "upstream_timeout")
+    assert record.error_category == "timeout"
+
+
+def test_a_request_refused_before_upstream_was_never_attempted() -> None:
+    recorder = _recorder("responses")
+    recorder.answered_locally(LocalReason.INVALID_REQUEST)
+    recorder.answered_locally(LocalReason.SERVER_ERROR)  # the first reason stays
+    recorder.response_start(400, JSON)
+    recorder.body(b'{"error": {"message": "invalid request: not an object"}}')
+    record = _finish(recorder, Clock(1, 1))
+    assert _execution(record) == (False, "local", None, "invalid_request")
+    assert record.status_code == 400
+    assert record.response == {"error": {"message": "invalid request: not an object"}}
+
+
+def test_an_exception_before_any_answer_is_a_local_server_error() -> None:
+    recorder = _recorder()
+    recorder.upstream_attempt()
+    record = _finish(recorder, Clock(1, 1), CallFailure.EXCEPTION)
+    assert _execution(record) == (True, "local", None, "server_error")
+
+
+def test_a_client_gone_before_any_answer_got_none() -> None:
+    recorder = _recorder()
+    recorder.upstream_attempt()
+    record = _finish(recorder, Clock(1, 1), CallFailure.CANCELLED)
+    assert _execution(record) == (True, None, None, None)
+
+
+def test_a_client_gone_mid_stream_got_the_upstreams_answer() -> None:
+    recorder = _recorder()
+    recorder.upstream_status(200)
+    recorder.response_start(200, SSE)
+    recorder.body(b'data: {"id": "c", "choices": []}\n\n')
+    record = _finish(recorder, Clock(1, 1), CallFailure.CANCELLED)
+    assert _execution(record) == (True, "upstream", 200, None)
+
+
+_VLLM_CONTEXT = (
+    b'{"object": "error", "message": "This model\'s maximum context length is 32768 tokens. '
+    b'However, you requested 32818 tokens in the messages.", "type": "BadRequestError", '
+    b'"param": null, "code": 400}'
+)
+_OPENAI_CONTEXT = (
+    b'{"error": {"message": "Your input exceeds the context window of this model.", '
+    b'"type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}}'
+)
+_EMBEDDED_CONTEXT = (
+    b'{"error": {"message": "the prompt is 9000 tokens", "type": "invalid_request_error", '
+    b'"param": "messages", "code": "context_length_exceeded"}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("dialect", "body", "category"),
+    [
+        ("chat", _VLLM_CONTEXT, "context_length_exceeded"),
+        ("responses", _OPENAI_CONTEXT, "context_length_exceeded"),
+        ("chat", _EMBEDDED_CONTEXT, "context_length_exceeded"),
+        (
+            "messages",
+            b'{"type": "error", "error": {"type": "invalid_request_error", '
+            b'"message": "prompt is too long: 215000 tokens > 200000 maximum"}}',
+            "context_length_exceeded",
+        ),
+        ("chat", b'{"error": {"message": "temperature must be at most 2"}}', "client_error"),
+    ],
+)
+def test_an_upstream_refusing_a_prompt_too_long_is_context_length_exceeded(
+    dialect: str, body: bytes, category: str
+) -> None:
+    recorder = _recorder(dialect)
+    recorder.upstream_status(400)
+    recorder.response_start(400, JSON)
+    recorder.body(body)
+    record = _finish(recorder, Clock(1, 1))
+    assert record.error_category == category
+    assert _execution(record) == (True, "upstream", 400, None)
+
+
+def test_a_reshaped_context_error_is_still_context_length_exceeded() -> None:
+    # A Messages client of a chat upstream gets Anthropic's shape, without the upstream's code.
+    recorder = _recorder("messages")
+    recorder.upstream_status(400)
+    recorder.context_exceeded()
+    recorder.response_start(400, JSON)
+    recorder.body(b'{"type": "error", "error": {"type": "invalid_request_error", "message": "x"}}')
+    assert _finish(recorder, Clock(1, 1)).error_category == "context_length_exceeded"
+
+
+def test_the_servers_own_400_is_never_the_upstreams_context_error() -> None:
+    recorder = _recorder()
+    recorder.answered_locally(LocalReason.INVALID_REQUEST)
+    recorder.response_start(400, JSON)
+    recorder.body(_OPENAI_CONTEXT)
+    assert _finish(recorder, Clock(1, 1)).error_category == "client_error"

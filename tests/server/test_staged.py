@@ -312,6 +312,11 @@ async def test_a_conversion_failure_is_recorded_then_the_responses_stream_fails(
             assert record["status_code"] == 500
             assert record["error_category"] == "upstream_error"
             assert record["gaps"][0]["code"] == "token_capture_failed"
+            # The worker answered; the client got the server's own failure instead.
+            assert record["upstream_attempted"] is True
+            assert record["upstream_status_code"] == 200
+            assert record["response_source"] == "local"
+            assert record["local_response_reason"] == "token_capture_failed"
     else:
         assert not (tmp_path / "calls").exists()
 

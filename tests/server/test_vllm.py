@@ -177,3 +177,77 @@ async def test_truncated_chat_stream_reaches_the_client_truncated(
                 await stream.get_final_response()
     (call,) = read_model_call_records(CaptureStore(tmp_path), "cut")
     assert call.error_category == "stream_truncated"
+
+
+def _execution(call: Any) -> tuple[object, ...]:
+    return (
+        call.upstream_attempted,
+        call.response_source,
+        call.upstream_status_code,
+        call.local_response_reason,
+    )
+
+
+async def test_each_call_says_how_its_answer_came_about(
+    vllm: str, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    async with httpx2.AsyncClient() as http:
+        oai = openai.AsyncOpenAI(
+            base_url=f"{vllm}/ng-rollout/x/v1", api_key=CLIENT_KEY, max_retries=0, http_client=http
+        )
+        ant = anthropic.AsyncAnthropic(
+            base_url=f"{vllm}/ng-rollout/x", api_key=CLIENT_KEY, max_retries=0, http_client=http
+        )
+        await oai.responses.create(model="fake-model", input="x")
+        with pytest.raises(openai.BadRequestError, match="maximum context length"):
+            await oai.responses.create(
+                model="fake-model", input="x", extra_headers={SCENARIO: "context_length"}
+            )
+        with pytest.raises(anthropic.BadRequestError, match="maximum context length"):
+            await ant.messages.create(
+                model="fake-model",
+                max_tokens=16,
+                messages=[{"role": "user", "content": "x"}],
+                extra_headers={SCENARIO: "context_length"},
+            )
+        with pytest.raises(openai.BadRequestError):
+            await oai.chat.completions.create(
+                model="fake-model",
+                messages=[{"role": "user", "content": "x"}],
+                extra_headers={SCENARIO: "context_length"},
+            )
+        # Refused before anything goes upstream: the body is not a JSON object.
+        refused = await http.post(f"{vllm}/ng-rollout/x/v1/responses", content=b"[1]")
+        assert refused.status_code == 400
+    calls = read_model_call_records(CaptureStore(tmp_path), "x")
+    assert [(c.dialect, c.error_category) for c in calls] == [
+        ("responses", None),
+        ("responses", "context_length_exceeded"),
+        ("messages", "context_length_exceeded"),
+        ("chat", "context_length_exceeded"),
+        ("responses", "client_error"),
+    ]
+    assert [_execution(c) for c in calls] == [
+        (True, "upstream", 200, None),
+        (True, "upstream", 400, None),
+        (True, "upstream", 400, None),
+        (True, "upstream", 400, None),
+        (False, "local", None, "invalid_request"),
+    ]
+    assert len(upstream.requests) == 4  # the refused call never went upstream
+
+
+async def test_an_unreachable_upstream_gets_the_servers_own_answer(tmp_path: Path) -> None:
+    async with FakeUpstream() as gone:
+        url = gone.url
+    settings = settings_for(url, tmp_path, model_type="vllm_model")
+    async with model_server(settings) as server, httpx2.AsyncClient() as http:
+        base_url = f"{server}/ng-rollout/u/v1"
+        oai = openai.AsyncOpenAI(
+            base_url=base_url, api_key=CLIENT_KEY, max_retries=0, http_client=http
+        )
+        with pytest.raises(openai.InternalServerError):
+            await oai.responses.create(model="fake-model", input="x")
+    (call,) = read_model_call_records(CaptureStore(tmp_path), "u")
+    assert call.error_category == "connection"
+    assert _execution(call) == (True, "local", None, "upstream_unreachable")

@@ -19,6 +19,7 @@ from rollcap.dialects._base import (
     StreamReassembler,
     ToolCall,
     Usage,
+    context_length_exceeded,
     error_message,
     openai_error,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "StreamReassembler",
     "ToolCall",
     "Usage",
+    "context_length_exceeded",
     "error_message",
     "get_dialect",
     "openai_error",

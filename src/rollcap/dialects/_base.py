@@ -35,6 +35,7 @@ __all__ = [
     "StreamReassembler",
     "ToolCall",
     "Usage",
+    "context_length_exceeded",
     "error_message",
     "openai_error",
     "openai_usage",
@@ -170,3 +171,35 @@ def error_message(body: Mapping[str, Any]) -> str | None:
         if isinstance(candidate, str) and candidate:
             return candidate
     return None
+
+
+# How upstreams word a prompt that does not fit the model's context, lower-cased: OpenAI
+# ("maximum context length", "exceeds the context window"), vLLM ("maximum context length",
+# "longer than the maximum model length"), Anthropic ("prompt is too long").
+_CONTEXT_PHRASES = (
+    "context length",
+    "context window",
+    "maximum model length",
+    "prompt is too long",
+)
+_CONTEXT_LENGTH_CODE = "context_length_exceeded"
+
+
+def context_length_exceeded(status: int | None, body: Mapping[str, Any] | None) -> bool:
+    """Whether an error answer says the prompt is longer than the model's context.
+
+    Only a 400 or 413 says so: its error ``code`` is ``context_length_exceeded`` (OpenAI,
+    the embedded model), or its message (``error_message``) names the context in one of the
+    ways OpenAI, vLLM and Anthropic word it.
+    """
+    if status not in (400, 413) or body is None:
+        return False
+    error = body.get("error")
+    for holder in (error if isinstance(error, Mapping) else {}, body):
+        if holder.get("code") == _CONTEXT_LENGTH_CODE:
+            return True
+    message = error_message(body)
+    if message is None:
+        return False
+    lowered = message.lower()
+    return any(phrase in lowered for phrase in _CONTEXT_PHRASES)

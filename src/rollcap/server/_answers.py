@@ -1,5 +1,5 @@
 """The model server's own answers: error bodies in the client's dialect, the answer to an upstream
-that failed, and whole bodies read from upstream."""
+that failed, an upstream's error reshaped for the client, and whole bodies read from upstream."""
 
 from __future__ import annotations
 
@@ -9,12 +9,21 @@ import aiohttp
 import orjson
 from starlette.responses import Response
 
+from rollcap._json import load_json_object
 from rollcap._proxy import forward
 from rollcap._proxy.forward import UpstreamFailure
-from rollcap.dialects import get_dialect, openai_error
+from rollcap.dialects import context_length_exceeded, get_dialect, openai_error
 from rollcap.server._recorder import CallRecorder
+from rollcap.server._translating import error_for_client
 
-__all__ = ["error_body", "error_response", "failure_answer", "json_response", "read_whole"]
+__all__ = [
+    "error_body",
+    "error_response",
+    "failure_answer",
+    "json_response",
+    "read_whole",
+    "upstream_error",
+]
 
 
 def error_body(dialect: str | None, kind: str, message: str) -> bytes:
@@ -39,6 +48,19 @@ def failure_answer(
     if recorder is not None and failure.category is not None:
         recorder.upstream_failed(failure.category)
     return error_response(dialect, failure.status, failure.kind, str(failure))
+
+
+def upstream_error(
+    dialect: str, status: int, raw: bytes, recorder: CallRecorder | None
+) -> Response:
+    """A chat upstream's error answer, as the client's dialect shapes errors.
+
+    The record is told when the error says the prompt exceeds the model's context: the
+    reshaped body may no longer carry the code that says so.
+    """
+    if recorder is not None and context_length_exceeded(status, load_json_object(raw)):
+        recorder.context_exceeded()
+    return json_response(error_for_client(dialect, status, raw), status)
 
 
 async def read_whole(

@@ -28,7 +28,13 @@ from rollcap._proxy.forward import (
     relay,
 )
 from rollcap._proxy.relay import StreamResponse
-from rollcap.server._answers import error_body, failure_answer, json_response, read_whole
+from rollcap.server._answers import (
+    error_body,
+    failure_answer,
+    json_response,
+    read_whole,
+    upstream_error,
+)
 from rollcap.server._fresh import new_model_call_id
 from rollcap.server._middleware import (
     DIALECT_ROUTES,
@@ -36,8 +42,8 @@ from rollcap.server._middleware import (
     CaptureMiddleware,
     CaptureState,
 )
-from rollcap.server._recorder import CallRecorder
-from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation, error_for_client
+from rollcap.server._recorder import CallRecorder, LocalReason
+from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation
 from rollcap.server._upstream import LOCAL_MODEL, Backend, backend_for
 from rollcap.sse import SSEDecoder, encode_event, is_event_stream
 from rollcap.store import CaptureStore
@@ -136,10 +142,15 @@ class _Forwarder:
         assert self.session is not None, "the server's lifespan did not start"
         headers = self.backend.headers(request.headers.items())
         url = self.backend.url_for(path)
+        if recorder is not None:
+            recorder.upstream_attempt()
         try:
-            return await open_upstream(self.session, request.method, url, body, headers)
+            upstream = await open_upstream(self.session, request.method, url, body, headers)
         except UpstreamFailure as failure:
             return failure_answer(failure, dialect, recorder)
+        if recorder is not None:
+            recorder.upstream_status(upstream.status)
+        return upstream
 
     async def _translated(
         self, request: Request, dialect: str, recorder: CallRecorder | None
@@ -153,6 +164,8 @@ class _Forwarder:
                 dialect, client_request, answer_id=new_model_call_id(), created=time.time()
             )
         except (orjson.JSONDecodeError, ValueError) as exc:
+            if recorder is not None:
+                recorder.answered_locally(LocalReason.INVALID_REQUEST)
             return json_response(
                 error_body(dialect, "invalid_request_error", f"invalid request: {exc}"), 400
             )
@@ -171,9 +184,11 @@ class _Forwarder:
         if isinstance(raw, Response):
             return raw
         if not 200 <= upstream.status < 300:
-            return json_response(error_for_client(dialect, upstream.status, raw), upstream.status)
+            return upstream_error(dialect, upstream.status, raw, recorder)
         chat = load_json_object(raw)
         if chat is None:
+            if recorder is not None:
+                recorder.answered_locally(LocalReason.UPSTREAM_ANSWER_INVALID)
             return json_response(
                 error_body(dialect, "api_error", "upstream answered with invalid JSON"), 502
             )

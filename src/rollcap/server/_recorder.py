@@ -3,6 +3,13 @@
 Pure: it is handed bytes and clock readings and never reads a clock, a socket or a file itself,
 so every ending can be tested with plain values. Contract: every call that is started ends in
 exactly one record, whatever happens (normal end, upstream failure, client gone, exception).
+
+The record also says how the answer came about (its execution fields): whether the server
+sent the request upstream (``upstream_attempted``), whose answer the client got
+(``response_source``: ``upstream``, also when the server translated it, or ``local``, an
+answer of the server's own), the upstream's HTTP status (``upstream_status_code``) and, for
+a local answer, why (``local_response_reason``, a ``LocalReason``). The server tells the
+recorder as it goes: ``upstream_attempt``, ``upstream_status``, ``answered_locally``.
 """
 
 from __future__ import annotations
@@ -14,11 +21,11 @@ from typing import Any
 
 import orjson
 
-from rollcap.dialects import StreamOutcome, get_dialect
+from rollcap.dialects import StreamOutcome, context_length_exceeded, get_dialect
 from rollcap.records import ErrorCategory, Gap, RawRecord, error_category, model_ref
 from rollcap.sse import SSEDecoder, SSEEvent, is_event_stream
 
-__all__ = ["CallFailure", "CallRecorder", "Clock"]
+__all__ = ["CallFailure", "CallRecorder", "Clock", "LocalReason"]
 
 
 class CallFailure(enum.Enum):
@@ -29,6 +36,24 @@ class CallFailure(enum.Enum):
     CANCELLED = "cancelled"  # the client went away mid-call
     EXCEPTION = "exception"  # a bug or unexpected error inside the server
 
+
+class LocalReason(enum.StrEnum):
+    """Why the server answered a call itself (``local_response_reason``)."""
+
+    INVALID_REQUEST = "invalid_request"  # refused before anything went upstream
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"  # no connection, or it broke before a status
+    UPSTREAM_TIMEOUT = "upstream_timeout"  # upstream too slow
+    UPSTREAM_ANSWER_INVALID = "upstream_answer_invalid"  # an answer the server could not use
+    TOKEN_CAPTURE_FAILED = "token_capture_failed"  # RL staging failed the call closed
+    SERVER_ERROR = "server_error"  # a bug or unexpected error inside the server
+
+
+# The server's own answer to a failure noted before the response started.
+_FAILURE_REASONS = {
+    CallFailure.CONNECTION: LocalReason.UPSTREAM_UNREACHABLE,
+    CallFailure.TIMEOUT: LocalReason.UPSTREAM_TIMEOUT,
+    CallFailure.EXCEPTION: LocalReason.SERVER_ERROR,
+}
 
 _UPSTREAM_FAILURES = {
     ErrorCategory.CONNECTION: CallFailure.CONNECTION,
@@ -59,7 +84,9 @@ class CallRecorder:
     """Feed the exchange as it happens; ``finish`` gives the record, once."""
 
     __slots__ = (
+        "_attempted",
         "_body",
+        "_context_exceeded",
         "_decoder",
         "_dialect",
         "_end",
@@ -68,6 +95,7 @@ class CallRecorder:
         "_finished",
         "_first_byte",
         "_gaps",
+        "_local_reason",
         "_request_body",
         "_server_name",
         "_session_id",
@@ -75,6 +103,7 @@ class CallRecorder:
         "_streaming",
         "_synthetic",
         "_terminal_seen",
+        "_upstream_status",
         "model_call_id",
         "status_code",
     )
@@ -106,9 +135,33 @@ class CallRecorder:
         self._end: Clock | None = None
         self._finished = False
         self._gaps: list[Gap] = []
+        self._attempted = False
+        self._upstream_status: int | None = None
+        self._local_reason: LocalReason | None = None
+        self._context_exceeded = False
 
     def request(self, body: bytes) -> None:
         self._request_body = body
+
+    def upstream_attempt(self) -> None:
+        """The request is on its way upstream (whether or not it arrives)."""
+        self._attempted = True
+
+    def upstream_status(self, status: int) -> None:
+        """Upstream answered with ``status`` (its headers came); the first one is kept."""
+        self._attempted = True
+        if self._upstream_status is None:
+            self._upstream_status = status
+
+    def answered_locally(self, reason: LocalReason) -> None:
+        """The server answers this call itself, for ``reason``; the first reason is kept."""
+        if self._local_reason is None and not self._finished:
+            self._local_reason = reason
+
+    def context_exceeded(self) -> None:
+        """Upstream said the prompt does not fit the model's context, in an answer the server
+        reshaped before the client got it (a translated error keeps no code to read it from)."""
+        self._context_exceeded = True
 
     def fail(self, failure: CallFailure) -> None:
         """Note why the call could not complete; the first reason given is kept.
@@ -219,8 +272,19 @@ class CallRecorder:
         status = self.status_code
         if failure is CallFailure.EXCEPTION and status is None:
             status = 500  # what the client is answered
+        reason = self._local_reason
+        if reason is None and failure is not None and (self._synthetic or self.status_code is None):
+            # The client's answer, if any, is the server's own (a failure answer, or a 500).
+            reason = _FAILURE_REASONS.get(failure)
+        source = "local" if reason is not None else None
+        if source is None and self._upstream_status is not None:
+            source = "upstream"
+        exceeded = self._context_exceeded or (
+            source == "upstream" and context_length_exceeded(status, response)
+        )
         category = error_category(
             status,
+            context_length_exceeded=exceeded,
             cancelled=failure is CallFailure.CANCELLED,
             connection_failed=failure is CallFailure.CONNECTION,
             timed_out=failure is CallFailure.TIMEOUT,
@@ -243,4 +307,8 @@ class CallRecorder:
             response_raw=response_raw,
             client_session_id=self._session_id,
             gaps=[gap.to_dict() for gap in self._gaps] or None,
+            upstream_attempted=self._attempted,
+            response_source=source,
+            upstream_status_code=self._upstream_status,
+            local_response_reason=None if reason is None else reason.value,
         )

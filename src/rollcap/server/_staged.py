@@ -40,10 +40,10 @@ from rollcap.conversation import ConversationIndex, answer_fingerprint, fingerpr
 from rollcap.dialects.chat import wants_stream_usage
 from rollcap.records import GAP_TOKEN_CAPTURE_FAILED
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
-from rollcap.server._answers import error_response, json_response, read_whole
+from rollcap.server._answers import error_response, read_whole, upstream_error
 from rollcap.server._fresh import new_model_call_id
-from rollcap.server._recorder import CallFailure, CallRecorder
-from rollcap.server._translating import Translation, error_for_client
+from rollcap.server._recorder import CallFailure, CallRecorder, LocalReason
+from rollcap.server._translating import Translation
 from rollcap.server._writer import RecordWriter
 from rollcap.sse import SSEEvent, encode_event
 from rollcap.staging import (
@@ -195,6 +195,8 @@ class StagedCalls:
         try:
             call = self._admit(request, dialect, await request.body(), recorder)
         except _Refused as exc:
+            if recorder is not None:
+                recorder.answered_locally(LocalReason.INVALID_REQUEST)
             return error_response(dialect, 400, "invalid_request_error", str(exc))
         opened = await open_upstream(
             request, CHAT_PATH, orjson.dumps(call.chat_request), dialect, recorder
@@ -219,9 +221,11 @@ class StagedCalls:
             if upstream.status == 409 and _is_prefix_mismatch(answer):
                 # Pinned ids that cannot be honoured fail the call: never a re-tokenization.
                 return self._failed(call, recorder, f"fails closed: {refusal}", status=409)
-            return json_response(error_for_client(dialect, upstream.status, raw), upstream.status)
+            return upstream_error(dialect, upstream.status, raw, recorder)
         if not isinstance(answer, dict):
             await self._ledger(call, None, "capture worker answered with invalid JSON")
+            if recorder is not None:
+                recorder.answered_locally(LocalReason.UPSTREAM_ANSWER_INVALID)
             return error_response(dialect, 502, "api_error", "upstream answered with invalid JSON")
         reason: str | None = None
         if coords is None:
@@ -287,6 +291,7 @@ class StagedCalls:
         self, call: _Call, recorder: CallRecorder | None, reason: str, *, status: int
     ) -> Response:
         if recorder is not None:
+            recorder.answered_locally(LocalReason.TOKEN_CAPTURE_FAILED)
             recorder.fail(CallFailure.EXCEPTION)
             recorder.gap(GAP_TOKEN_CAPTURE_FAILED, reason)
         if call.dialect == "responses" and call.streaming:
