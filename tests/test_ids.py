@@ -1,8 +1,16 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from rollcap.ids import build_rollout_id, rollout_id_from_run, validate_rollout_id
+from rollcap.ids import (
+    build_rollout_id,
+    record_rollout_id,
+    rollout_id_from_run,
+    validate_rollout_id,
+    with_attempt,
+)
 
 
 @pytest.mark.parametrize("good", ["0-0", "a", "A.b_c-1", "x" * 200, "12-3-a4", "resp.v2"])
@@ -65,3 +73,42 @@ def test_rollout_id_from_run_without_id_is_none(body: object) -> None:
 def test_malformed_run_ids_are_errors_not_none(body: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="invalid"):
         rollout_id_from_run(body)
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        ({"_ng_task_index": 2, "_ng_rollout_index": 0}, "2-0"),
+        ({"_ng_task_index": 2, "_ng_rollout_index": 0, "_ng_attempt_index": 0}, "2-0"),
+        ({"_ng_task_index": 2, "_ng_rollout_index": 0, "_ng_attempt_index": 3}, "2-0-a3"),
+        ({"_ng_task_index": 2, "_ng_rollout_index": 0, "_ng_attempt_index": True}, "2-0"),
+        ({"_ng_task_index": 2, "_ng_rollout_index": 0, "_ng_attempt_index": "3"}, "2-0"),
+        ({"_ng_rollout_id": "x", "_ng_task_index": 2, "_ng_rollout_index": 0}, "x"),
+        ({"_ng_rollout_id": "x", "_ng_attempt_index": 1}, "x-a1"),
+        ({"_ng_rollout_id": 7}, "7"),
+        ({"_ng_task_index": "t", "_ng_rollout_index": 0}, "t-0"),  # as it is, not checked
+        ({"_ng_task_index": 2}, None),
+        ({}, None),
+    ],
+)
+def test_record_rollout_id_reads_a_line_as_it_is(
+    record: dict[str, Any], expected: str | None
+) -> None:
+    assert record_rollout_id(record) == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"_ng_task_index": 4, "_ng_rollout_index": 2},
+        {"_ng_task_index": 4, "_ng_rollout_index": 2, "_ng_attempt_index": 3},
+        {"_ng_rollout_id": "job7.t3", "_ng_attempt_index": 2},
+    ],
+)
+def test_both_readings_agree_on_a_valid_run_request(body: dict[str, Any]) -> None:
+    assert record_rollout_id(body) == rollout_id_from_run(body)
+
+
+def test_with_attempt() -> None:
+    assert with_attempt("x", 0) == "x"
+    assert with_attempt("x", 2) == "x-a2"

@@ -76,13 +76,13 @@ _VLLM = "This model's maximum context length is 8 tokens. However, you requested
             400,
             {"error": {"message": "The decoder prompt is longer than the maximum model length"}},
             True,
-        ),  # noqa: E501
+        ),
         (400, {"error": {"message": "Your input exceeds the context window of this model."}}, True),
         (
             413,
             {"type": "error", "error": {"message": "prompt is too long: 9 tokens > 8 maximum"}},
             True,
-        ),  # noqa: E501
+        ),
         (400, {"error": {"message": "temperature must be at most 2"}}, False),
         (500, {"error": {"message": _VLLM, "code": "context_length_exceeded"}}, False),
         (429, {"error": {"code": "context_length_exceeded"}}, False),

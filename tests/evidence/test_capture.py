@@ -9,7 +9,6 @@ import pytest
 from rollcap.evidence import (
     CaptureRead,
     capture_object,
-    evidence_rollout_id,
     merge_model_call_capture,
     payloads_redacted,
 )
@@ -22,21 +21,6 @@ from tests.evidence.conftest import (
     invocation,
     responses_raw,
 )
-
-
-@pytest.mark.parametrize(
-    ("record", "expected"),
-    [
-        ({"_ng_task_index": 2, "_ng_rollout_index": 0}, "2-0"),
-        ({"_ng_task_index": 2, "_ng_rollout_index": 0, "_ng_attempt_index": 0}, "2-0"),
-        ({"_ng_task_index": 2, "_ng_rollout_index": 0, "_ng_attempt_index": 3}, "2-0-a3"),
-        ({"_ng_rollout_id": "x", "_ng_task_index": 2, "_ng_rollout_index": 0}, "x"),
-        ({"_ng_task_index": 2}, None),
-        ({}, None),
-    ],
-)
-def test_evidence_rollout_id(record: dict[str, Any], expected: str | None) -> None:
-    assert evidence_rollout_id(record) == expected
 
 
 def test_redaction_is_found_by_code_in_either_evidence_object() -> None:

@@ -22,7 +22,6 @@ from rollcap.attachment import CaptureRead
 from rollcap.evidence._attach import attach, read_capture
 from rollcap.evidence._capture import (
     capture_object,
-    evidence_rollout_id,
     merge_model_call_capture,
     payloads_redacted,
 )
@@ -90,7 +89,6 @@ __all__ = [
     "build_ng_perf",
     "build_trajectory",
     "capture_object",
-    "evidence_rollout_id",
     "join_model_call_observations",
     "merge_model_call_capture",
     "payloads_redacted",

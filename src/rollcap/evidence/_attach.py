@@ -13,14 +13,13 @@ from typing import Any
 from rollcap.attachment import CaptureRead
 from rollcap.attachment import read_capture as read_store
 from rollcap.evidence._capture import (
-    evidence_rollout_id,
     merge_model_call_capture,
     payloads_redacted,
 )
 from rollcap.evidence._codes import CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY
 from rollcap.evidence._perf import attach_ng_perf
 from rollcap.evidence._trajectory import attach_trajectory_record
-from rollcap.ids import ROLLOUT_ID_PATTERN
+from rollcap.ids import ROLLOUT_ID_PATTERN, record_rollout_id
 from rollcap.store import CaptureStore
 
 __all__ = ["IDENTITY_KEYS", "OPTIONAL_IDENTITY_KEYS", "attach", "read_capture"]
@@ -74,7 +73,7 @@ def attach(
         if key in row:
             result[key] = row[key]
     if observability_enabled and capture_dirs:
-        rollout_id = evidence_rollout_id(result)
+        rollout_id = record_rollout_id(result)
         if rollout_id is not None and ROLLOUT_ID_PATTERN.match(rollout_id):
             merge_model_call_capture(
                 result,

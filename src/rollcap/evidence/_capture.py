@@ -35,34 +35,9 @@ from rollcap.records import Gap, ModelCallRecord
 
 __all__ = [
     "capture_object",
-    "evidence_rollout_id",
     "merge_model_call_capture",
     "payloads_redacted",
 ]
-
-_ATTEMPT_KEY = "_ng_attempt_index"
-
-
-def evidence_rollout_id(record: Mapping[str, Any]) -> str | None:
-    """The capture rollout id a record names, or ``None`` when it names none.
-
-    ``_ng_rollout_id`` when present, else ``<task>-<rollout>`` from the indices; then
-    ``-a<n>`` when the attempt index n is above 0. Whether the id may name a file is the
-    store's business, not this function's.
-    """
-    explicit = record.get("_ng_rollout_id")
-    if explicit is not None:
-        base = str(explicit)
-    else:
-        task = record.get("_ng_task_index")
-        rollout = record.get("_ng_rollout_index")
-        if task is None or rollout is None:
-            return None
-        base = f"{task}-{rollout}"
-    attempt = record.get(_ATTEMPT_KEY)
-    if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0:
-        return f"{base}-a{attempt}"
-    return base
 
 
 def payloads_redacted(answer: Mapping[str, Any]) -> bool:

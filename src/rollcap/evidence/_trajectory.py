@@ -19,7 +19,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rollcap.evidence._capture import evidence_rollout_id
 from rollcap.evidence._codes import (
     CAPTURE_KEY,
     GAP_AGENT_OBSERVATIONS_INVALID,
@@ -47,6 +46,7 @@ from rollcap.evidence._models import (
     dump,
     gap_from_json,
 )
+from rollcap.ids import record_rollout_id
 from rollcap.records import GAP_TRAJECTORY_PROJECTION_FAILED, Gap
 
 __all__ = [
@@ -90,7 +90,7 @@ def trajectory_identity(row: Mapping[str, Any]) -> tuple[str, str]:
     task_id = next((row[key] for key in _TASK_ID_KEYS if row.get(key) is not None), None)
     if task_id is None:
         task_id = row["_ng_task_index"]
-    rollout_id = evidence_rollout_id(row)
+    rollout_id = record_rollout_id(row)
     if rollout_id is None:
         rollout_id = f"{row.get('_ng_task_index')}-{row.get('_ng_rollout_index')}"
     return str(task_id), rollout_id
