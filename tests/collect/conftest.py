@@ -1,9 +1,11 @@
 """A stub agent server on a real socket, writing fake capture records like a model server would.
 
 The stub reads its behaviour from the task's fields: ``calls`` (how many model calls it
-"makes", default 1), ``delay`` (seconds before answering), ``fail`` (``http500``, ``json400``,
-``badjson``, ``noreward``, ``hang``; ``first`` fails attempt 0 only), ``no_request`` (record
-a call without a request payload, which cannot be projected).
+"makes", default 1, each sent with ``x-session-id: s``), ``delay`` (seconds before
+answering), ``fail`` (``http500``, ``json400``, ``badjson``, ``noreward``, ``hang``; ``first``
+fails attempt 0 only), ``same_id`` (its calls share one model call id, which no trajectory can
+hold), ``observe`` (it answers ``ng_agent_observations`` with one invocation, ``s``, whose
+calls join it by their session id).
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ from rollcap.ids import rollout_id_from_run
 from rollcap.store import CaptureStore
 
 
-def fake_record(rollout_id: str, index: int, *, request: bool = True) -> dict[str, Any]:
-    """A raw record as the capturing model server writes it (Responses dialect)."""
-    return {
+def fake_record(
+    rollout_id: str, index: int, *, request: bool = True, session: str | None = "s"
+) -> dict[str, Any]:
+    """A raw record as the capturing model server writes it (Responses dialect), the call sent
+    with ``x-session-id: <session>``."""
+    record: dict[str, Any] = {
         "model_call_id": f"{rollout_id.replace('-', '')}x{index:04d}".ljust(32, "0"),
         "dialect": "responses",
         "model_ref": {"type": "responses_api_models", "name": "policy_model"},
@@ -49,6 +54,9 @@ def fake_record(rollout_id: str, index: int, *, request: bool = True) -> dict[st
             "usage": {"input_tokens": 10 + index, "output_tokens": 5, "total_tokens": 15 + index},
         },
     }
+    if session is not None:
+        record["client_session_id"] = session
+    return record
 
 
 @dataclass
@@ -83,7 +91,9 @@ def make_app(agent: StubAgent, *, record_runs: bool = True) -> Starlette:
         if fail == "first" and body["_ng_attempt_index"] == 0:
             fail = "http500"
         for index in range(body.get("calls", 1)):
-            record = fake_record(rollout_id, index, request=not body.get("no_request"))
+            record = fake_record(rollout_id, index)
+            if body.get("same_id"):
+                record["model_call_id"] = "d" * 32
             await asyncio.to_thread(agent.store.append, rollout_id, record)
         if body.get("delay"):
             await asyncio.sleep(body["delay"])
@@ -99,6 +109,9 @@ def make_app(agent: StubAgent, *, record_runs: bool = True) -> Starlette:
         if fail != "noreward":
             answer["reward"] = float(body["_ng_task_index"] % 2)
         answer["agent_note"] = "stub"
+        if body.get("observe"):
+            invocation = {"kind": "agent_invocation", "invocation_id": "s", "status": "completed"}
+            answer["ng_agent_observations"] = {"source": "stub", "records": [invocation]}
         return Response(orjson.dumps(answer), media_type="application/json")
 
     return Starlette(routes=[Route("/run", run, methods=["POST"])])

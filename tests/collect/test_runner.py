@@ -11,7 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from rollcap.collect import CAPTURE_KEY, TRAJECTORY_KEY, InputError, collect
+from rollcap.collect import InputError, collect
+from rollcap.evidence import CAPTURE_KEY, OBSERVATIONS_KEY, PERF_KEY, TRAJECTORY_KEY
 from rollcap.records import GAP_NO_RECORDS, GAP_TRAJECTORY_PROJECTION_FAILED
 from rollcap.store import aggregate_model_call_metrics
 from tests.collect.conftest import StubAgent, fake_record, read_lines, write_input
@@ -27,16 +28,19 @@ def _keys(lines: list[dict[str, Any]]) -> list[tuple[int, int]]:
 async def test_line_shape_and_metrics_match_the_capture_file(
     agent: StubAgent, tmp_path: Path, capture_dir: Path
 ) -> None:
-    tasks = [{"question": f"q{i}", "calls": i} for i in range(3)]
+    tasks = [{"question": f"q{i}", "calls": i, "observe": True} for i in range(3)]
     source = write_input(tmp_path / "in.jsonl", tasks)
     async with asyncio.timeout(BOUND_S):
-        summary = await collect(agent.url, source, tmp_path / "out.jsonl", capture_dir=capture_dir)
+        summary = await collect(
+            agent.url, source, tmp_path / "out.jsonl", capture_dir=capture_dir, agent_name="stub"
+        )
     lines = read_lines(summary.output_path)
     assert _keys(lines) == [(0, 0), (1, 0), (2, 0)]
     line = lines[2]
     assert list(line) == [
         "question",
         "calls",
+        "observe",
         "_ng_task_index",
         "_ng_rollout_index",
         "_ng_attempt_index",
@@ -44,8 +48,10 @@ async def test_line_shape_and_metrics_match_the_capture_file(
         "response",
         "reward",
         "agent_note",
+        OBSERVATIONS_KEY,
         CAPTURE_KEY,
         TRAJECTORY_KEY,
+        PERF_KEY,
     ]
     assert line["response"] == {"output_text": "answer 2-0"}
     assert line["reward"] == 0.0
@@ -60,45 +66,80 @@ async def test_line_shape_and_metrics_match_the_capture_file(
         assert not {"request", "response", "request_raw", "response_raw"} & set(call)
     trajectory = line[TRAJECTORY_KEY]
     raws = agent.store.read("2-0")
-    assert [step["request"] for step in trajectory["calls"]] == [r["request"] for r in raws]
-    assert [step["response"] for step in trajectory["calls"]] == [r["response"] for r in raws]
+    assert [c["request"] for c in trajectory["model_calls"]] == [r["request"] for r in raws]
+    assert [c["response"] for c in trajectory["model_calls"]] == [r["response"] for r in raws]
+    assert (trajectory["schema_version"], trajectory["task_id"]) == ("1.0", "2")
     assert trajectory["rollout_id"] == "2-0"
-    assert trajectory["task_index"] == 2
+    # The agent's invocation claimed its calls by their session id: joined, one turn each.
+    (invocation,) = line[OBSERVATIONS_KEY]["records"]
+    ids = [r["model_call_id"] for r in raws]
+    assert [ref["model_call_id"] for ref in invocation["model_calls"]] == ids
+    assert [turn["model_calls"][0]["model_call_id"] for turn in trajectory["turns"]] == ids
+    perf = line[PERF_KEY]
+    assert (perf["num_turns"], perf["num_tool_calls"], perf["prompt_tokens"]) == (2, 0, 21)
+    assert perf["total_latency_ms"] > 0  # the collector's own clock around /run
     # A rollout that made no model call has a gap, and still its response and reward.
     assert lines[0][CAPTURE_KEY]["gaps"] == [{"code": GAP_NO_RECORDS}]
     assert lines[0]["reward"] == 0.0
     assert summary.rollouts_without_calls == 1
     assert summary.metrics["num_calls"] == 3
-    on_disk = orjson.loads(summary.metrics_path.read_bytes())
-    assert on_disk == summary.metrics
+    (entry,) = orjson.loads(summary.metrics_path.read_bytes())
+    assert entry == summary.aggregate_metrics[0]
+    assert list(entry) == [
+        "agent_ref",
+        "_ng_environment_server",
+        "agent_metrics",
+        "key_metrics",
+        "group_level_metrics",
+        "repeat_level_metrics",
+        "perf_summary",
+    ]
+    assert entry["agent_ref"] == {"name": "stub"}
+    assert entry["agent_metrics"] == summary.metrics
+    assert entry["perf_summary"]["overall_observability_coverage"] == 1.0
+    assert entry["perf_summary"]["mean_num_turns"] == 4 / 3  # 1 (no call still counts one), 1, 2
+    assert summary.perf_summary == entry["perf_summary"]
     assert not summary.failures_path.exists()
 
 
 async def test_projection_failure_keeps_payloads(
     agent: StubAgent, tmp_path: Path, capture_dir: Path
 ) -> None:
-    source = write_input(tmp_path / "in.jsonl", [{"no_request": True, "calls": 1}])
+    source = write_input(tmp_path / "in.jsonl", [{"same_id": True, "calls": 2}])
     async with asyncio.timeout(BOUND_S):
         summary = await collect(agent.url, source, tmp_path / "out.jsonl", capture_dir=capture_dir)
     (line,) = read_lines(summary.output_path)
     assert TRAJECTORY_KEY not in line
+    assert PERF_KEY not in line
     capture = line[CAPTURE_KEY]
-    assert capture["gaps"][0]["code"] == GAP_TRAJECTORY_PROJECTION_FAILED
-    (call,) = capture["calls"]
-    assert call["request"] is None
-    assert call["response"] == fake_record("0-0", 0)["response"]
+    assert capture["gaps"] == [
+        {"code": GAP_TRAJECTORY_PROJECTION_FAILED, "detail": "ValidationError"}
+    ]
+    assert [call["response"] for call in capture["calls"]] == [
+        fake_record("0-0", i)["response"] for i in range(2)
+    ]
     assert line["reward"] == 0.0
 
 
 async def test_without_capture_there_is_no_attachment(agent: StubAgent, tmp_path: Path) -> None:
-    source = write_input(tmp_path / "in.jsonl", [{"calls": 0}])
+    source = write_input(tmp_path / "in.jsonl", [{"calls": 0}, {"calls": 0, "observe": True}])
     async with asyncio.timeout(BOUND_S):
         summary = await collect(agent.url, source, tmp_path / "out.jsonl")
-    (line,) = read_lines(summary.output_path)
-    assert CAPTURE_KEY not in line
-    assert TRAJECTORY_KEY not in line
+    plain, observed = read_lines(summary.output_path)
+    assert CAPTURE_KEY not in plain
+    assert TRAJECTORY_KEY not in plain
+    # The agent's own evidence still makes a trajectory; nothing is joined, nothing measured.
+    assert CAPTURE_KEY not in observed
+    assert PERF_KEY not in observed
+    assert observed[TRAJECTORY_KEY]["invocations"][0]["invocation_id"] == "s"
+    assert observed[OBSERVATIONS_KEY]["records"][0] == {
+        "kind": "agent_invocation",
+        "invocation_id": "s",
+        "status": "completed",
+    }  # as the agent sent it: not joined
     assert summary.metrics["num_calls"] is None
     assert summary.rollouts_without_calls is None
+    assert "perf_summary" not in summary.aggregate_metrics[0]
 
 
 async def test_limit_repeats_and_sorted_output(
@@ -290,8 +331,8 @@ async def test_resume_after_a_killed_run(
         assert line[CAPTURE_KEY]["metrics"]["num_calls"] == calls
         assert len(agent.store.read(line["rollout_id"])) == calls
         assert all(
-            step["request"]["input"].startswith(line["rollout_id"] + " ")
-            for step in line[TRAJECTORY_KEY]["calls"]
+            call["request"]["input"].startswith(line["rollout_id"] + " ")
+            for call in line[TRAJECTORY_KEY]["model_calls"]
         )
     assert retried, "the kill left no rollout in flight"
 

@@ -1,23 +1,23 @@
 """Rollout collection: run every task of an input file against an agent server.
 
-``collect`` is the I/O shell; the modules it drives are pure and usable on their own:
-planning and resume bookkeeping (``plan_rollouts``, ``ResumeState``), the output and failure
-lines and the trajectory projection (``rollout_line``, ``failure_line``, ``with_trajectory``),
-and the aggregate metrics (``MetricsAccumulator``).
+``collect`` is the I/O shell; the modules it drives are usable on their own: planning and
+resume bookkeeping (``plan_rollouts``, ``ResumeState``), the output and failure lines
+(``rollout_line``, which attaches the rollout's evidence, and ``failure_line``), and the
+aggregate metrics (``MetricsAccumulator``, ``AggregateMetrics``).
 """
 
-from rollcap.collect._aggregate import CollectionSummary, MetricsAccumulator, percentile
+from rollcap.collect._aggregate import (
+    AggregateMetrics,
+    CollectionSummary,
+    MetricsAccumulator,
+    percentile,
+)
 from rollcap.collect._lines import (
-    CAPTURE_KEY,
-    TRAJECTORY_KEY,
-    TRAJECTORY_SCHEMA_VERSION,
     AgentAnswerError,
-    ProjectionError,
     check_agent_answer,
     failure_line,
-    project_trajectory,
+    has_evidence,
     rollout_line,
-    with_trajectory,
 )
 from rollcap.collect._plan import (
     InputError,
@@ -33,15 +33,12 @@ from rollcap.collect._plan import (
 from rollcap.collect._runner import ProgressCallback, collect
 
 __all__ = [
-    "CAPTURE_KEY",
-    "TRAJECTORY_KEY",
-    "TRAJECTORY_SCHEMA_VERSION",
     "AgentAnswerError",
+    "AggregateMetrics",
     "CollectionSummary",
     "InputError",
     "MetricsAccumulator",
     "ProgressCallback",
-    "ProjectionError",
     "ResumeState",
     "Rollout",
     "aggregate_metrics_path",
@@ -50,11 +47,10 @@ __all__ = [
     "count_tasks",
     "failure_line",
     "failures_path",
+    "has_evidence",
     "iter_tasks",
     "percentile",
     "plan_rollouts",
     "planned_count",
-    "project_trajectory",
     "rollout_line",
-    "with_trajectory",
 ]

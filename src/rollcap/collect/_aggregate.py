@@ -1,8 +1,16 @@
-"""Aggregate metrics of a collection, from the rollout lines' metrics only (pure).
+"""Aggregate metrics of a collection, from a few numbers of each rollout line (pure).
 
-Only each line's ``reward`` and ``ng_model_call_capture.metrics`` are read, never the calls or
-the trajectory, so the cost per rollout is a few numbers whatever the payloads weigh. Totals
-follow ``rollcap.metrics``: known values are summed, and a total nothing reports is ``None``.
+Only each line's ``reward``, indices, environment server, ``ng_model_call_capture.metrics``
+and ``ng_perf`` are read, never the calls or the trajectory, so what is kept per rollout is a
+few numbers whatever the payloads weigh. Totals follow ``rollcap.metrics``: known values are
+summed, and a total nothing reports is ``None``.
+
+``MetricsAccumulator`` gives rollcap's own summary of a run (reward, calls, tokens, model
+latency). ``AggregateMetrics`` gives ``<stem>_aggregate_metrics.json``: a list with one entry
+per environment server (``rollcap.evidence.aggregate_metrics_entry``, EVIDENCE.md section 9.3),
+whose ``agent_metrics`` is that summary for the server's rollouts, ``key_metrics`` its mean
+reward, ``group_level_metrics`` reward statistics per task, ``repeat_level_metrics`` per
+repeat, and ``perf_summary`` the summary of the rollouts' ``ng_perf`` (section 9.2).
 """
 
 from __future__ import annotations
@@ -13,10 +21,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollcap.collect._lines import CAPTURE_KEY
+import orjson
+
+from rollcap.evidence import CAPTURE_KEY, PERF_KEY, aggregate_metrics_entry, perf_summary
+from rollcap.ids import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from rollcap.metrics import METRIC_KEYS
 
-__all__ = ["CollectionSummary", "MetricsAccumulator", "percentile"]
+__all__ = ["AggregateMetrics", "CollectionSummary", "MetricsAccumulator", "percentile"]
+
+ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
 
 _TOKEN_KEYS = tuple(key for key in METRIC_KEYS if key not in ("latency_total_ms", "num_calls"))
 
@@ -38,6 +51,8 @@ class CollectionSummary:
 
     ``rollouts`` counts the output file's lines (earlier runs' included when resuming),
     ``ran`` and ``failed`` this run's rollouts, ``skipped`` those an earlier run finished.
+    ``metrics`` is the whole run's summary; ``aggregate_metrics`` what the metrics file holds,
+    one entry per environment server.
     """
 
     output_path: Path
@@ -48,6 +63,16 @@ class CollectionSummary:
     failed: int
     skipped: int
     metrics: Mapping[str, Any]
+    aggregate_metrics: Sequence[Mapping[str, Any]] = ()
+
+    @property
+    def perf_summary(self) -> Mapping[str, Any] | None:
+        """The first environment server's ``perf_summary`` (one server in a plain run)."""
+        for entry in self.aggregate_metrics:
+            summary = entry.get("perf_summary")
+            if isinstance(summary, Mapping):
+                return summary
+        return None
 
     @property
     def mean_reward(self) -> float | None:
@@ -64,6 +89,7 @@ class CollectionSummary:
         out = asdict(self)
         for key in ("output_path", "failures_path", "metrics_path"):
             out[key] = str(out[key])
+        out["aggregate_metrics"] = list(out["aggregate_metrics"])
         return out
 
 
@@ -134,3 +160,112 @@ class MetricsAccumulator:
         for q in (50, 90, 99):
             out[f"latency_p{q}_ms"] = percentile(latencies, q)
         return out
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class _RewardStats:
+    """Count, sum, least and greatest of some rewards: four numbers, however many rollouts."""
+
+    __slots__ = ("count", "high", "low", "total")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0.0
+        self.low = math.inf
+        self.high = -math.inf
+
+    def add(self, reward: float) -> None:
+        self.count += 1
+        self.total += reward
+        self.low = min(self.low, reward)
+        self.high = max(self.high, reward)
+
+    def summary(self) -> dict[str, Any]:
+        if not self.count:
+            return {"rollouts": 0, "mean/reward": None, "min/reward": None, "max/reward": None}
+        return {
+            "rollouts": self.count,
+            "mean/reward": self.total / self.count,
+            "min/reward": self.low,
+            "max/reward": self.high,
+        }
+
+
+class _ServerAggregate:
+    """What one environment server's entry is made from."""
+
+    def __init__(self, environment_server: Any, *, capture: bool) -> None:
+        self.environment_server = environment_server
+        self.metrics = MetricsAccumulator(capture=capture)
+        self.tasks: dict[Any, _RewardStats] = {}
+        self.repeats: dict[Any, _RewardStats] = {}
+        self.perf: list[dict[str, Any]] = []
+
+    def add_line(self, line: Mapping[str, Any]) -> None:
+        self.metrics.add_line(line)
+        reward = line.get("reward")
+        if isinstance(reward, int | float) and not isinstance(reward, bool):
+            for key, groups in ((TASK_INDEX_KEY, self.tasks), (ROLLOUT_INDEX_KEY, self.repeats)):
+                group = line.get(key)
+                if group is not None and not isinstance(group, dict | list):
+                    groups.setdefault(group, _RewardStats()).add(float(reward))
+        perf = line.get(PERF_KEY)
+        if isinstance(perf, Mapping):
+            # Its numbers only: what the summary reads, a few per rollout.
+            self.perf.append({k: v for k, v in perf.items() if _number(v)})
+
+    def entry(self, agent_name: str) -> dict[str, Any]:
+        metrics = self.metrics.result()
+        return aggregate_metrics_entry(
+            agent_name=agent_name,
+            environment_server=self.environment_server,
+            agent_metrics=metrics,
+            key_metrics={"mean/reward": metrics["mean_reward"]},
+            group_level_metrics=[
+                {TASK_INDEX_KEY: task, **stats.summary()} for task, stats in self.tasks.items()
+            ],
+            repeat_level_metrics=[
+                {ROLLOUT_INDEX_KEY: repeat, **stats.summary()}
+                for repeat, stats in self.repeats.items()
+            ],
+            perf_summary=perf_summary(self.perf, self.metrics.rollouts),
+        )
+
+
+class AggregateMetrics:
+    """Feed rollout lines (and failures) one at a time; ``entries`` is the metrics file.
+
+    Lines are grouped by their ``_ng_environment_server`` (absent: one group, ``null``), in
+    the order the servers are first seen. Kept per rollout: its ``ng_perf`` numbers and its
+    model latency; per task and per repeat: four numbers.
+    """
+
+    def __init__(self, *, capture: bool) -> None:
+        self.capture = capture
+        self.overall = MetricsAccumulator(capture=capture)
+        self._servers: dict[bytes, _ServerAggregate] = {}
+
+    def _server(self, environment_server: Any) -> _ServerAggregate:
+        key = orjson.dumps(environment_server, option=orjson.OPT_SORT_KEYS)
+        server = self._servers.get(key)
+        if server is None:
+            server = _ServerAggregate(environment_server, capture=self.capture)
+            self._servers[key] = server
+        return server
+
+    def add_line(self, line: Mapping[str, Any]) -> None:
+        self.overall.add_line(line)
+        self._server(line.get(ENVIRONMENT_SERVER_KEY)).add_line(line)
+
+    def add_failure(self, environment_server: Any = None, count: int = 1) -> None:
+        self.overall.add_failure(count)
+        self._server(environment_server).metrics.add_failure(count)
+
+    def entries(self, agent_name: str) -> list[dict[str, Any]]:
+        """One entry per environment server (one, for no rollout at all)."""
+        if not self._servers:
+            self._server(None)
+        return [server.entry(agent_name) for server in self._servers.values()]

@@ -3,14 +3,14 @@
 The shape of one run::
 
     input lines --plan (lazy)--> workers (a fixed pool, one aiohttp session)
-        worker: clear + mark the rollout-attempt's capture -> POST /run -> read capture,
-                project, encode (in a thread) -> bounded queue
+        worker: clear + mark the rollout-attempt's capture -> POST /run (timed) -> the line with
+                its evidence (``rollout_line``), encoded, in a thread -> bounded queue
     queue --> one writer task: append + flush, in a thread
     end:  read the output back, sort it by (task, rollout), aggregate, write the metrics file
 
 Memory stays flat in the number of tasks: the plan is a generator over the input file, the
-workers hold one rollout each, the queue is bounded, and the final pass keeps four integers per
-line plus one latency, never a line's payloads.
+workers hold one rollout each, the queue is bounded, and the final pass keeps a few numbers per
+line (its indices, model latency and ``ng_perf``), never a line's payloads.
 
 A run that is killed leaves whole lines (each is one write) or at worst a torn last line, which
 a resumed run cuts off before appending. See ``_plan`` for how attempts are counted.
@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -30,14 +31,13 @@ import aiohttp
 import orjson
 
 from rollcap._runtime.batch import BatchThread, call_each
-from rollcap.attachment import capture_attachment
-from rollcap.collect._aggregate import CollectionSummary, MetricsAccumulator
+from rollcap.collect._aggregate import ENVIRONMENT_SERVER_KEY, AggregateMetrics, CollectionSummary
 from rollcap.collect._lines import (
     AgentAnswerError,
     check_agent_answer,
     failure_line,
+    has_evidence,
     rollout_line,
-    with_trajectory,
 )
 from rollcap.collect._plan import (
     ResumeState,
@@ -87,14 +87,18 @@ async def collect(
     resume: bool = False,
     progress: ProgressCallback | None = None,
     request_timeout: float | None = None,
+    agent_name: str = "agent",
 ) -> CollectionSummary:
     """Collect the rollouts of ``input_path`` from the agent at ``agent_url`` (its base URL).
 
     With ``capture_dir`` (the model servers' ``model_call_capture_dir``) each line gets
-    ``ng_model_call_capture`` and ``ng_trajectory``. Without ``resume`` the output and failures
-    files are started afresh; with it, rollouts the output already holds are skipped and the
-    others run again under a new attempt id. ``request_timeout`` bounds one ``/run`` call in
-    seconds (``None``: no bound). Bad input raises ``InputError`` before anything is dispatched.
+    ``ng_model_call_capture``, ``ng_trajectory`` and ``ng_perf``; without it, a line gets
+    ``ng_trajectory`` when the agent answered evidence of its own (``rollout_line``). Without
+    ``resume`` the output and failures files are started afresh; with it, rollouts the output
+    already holds are skipped and the others run again under a new attempt id.
+    ``request_timeout`` bounds one ``/run`` call in seconds (``None``: no bound). ``agent_name``
+    names the agent in the metrics file. Bad input raises ``InputError`` before anything is
+    dispatched.
     """
     if num_repeats < 1:
         raise ValueError(f"num_repeats must be at least 1, not {num_repeats}")
@@ -113,6 +117,7 @@ async def collect(
         resume=resume,
         progress=progress,
         request_timeout=request_timeout,
+        agent_name=agent_name,
     )
     try:
         return await run.execute()
@@ -152,6 +157,7 @@ class _Run:
         resume: bool,
         progress: ProgressCallback | None,
         request_timeout: float | None,
+        agent_name: str,
     ) -> None:
         self.run_url = agent_url.rstrip("/") + "/run"
         self.input_path = input_path
@@ -165,9 +171,12 @@ class _Run:
         self.resume = resume
         self.progress = progress
         self.timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=30)
+        self.agent_name = agent_name
         self.total = 0
         self.done = 0
         self.failed = 0
+        # This run's failures per environment server (JSON of the server -> server, count).
+        self.failed_by_server: dict[bytes, tuple[Any, int]] = {}
         # The capture's file work of every rollout (clear before, read after) goes through one
         # thread in batches: a thread-pool hand-off per rollout can cost more than the work.
         self.io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(
@@ -185,7 +194,7 @@ class _Run:
             with open(self.input_path, "rb") as source:
                 plan = plan_rollouts(iter_tasks(source, self.limit), self.num_repeats, state)
                 await self._dispatch(plan)
-        metrics = await asyncio.to_thread(self._finish)
+        metrics, entries = await asyncio.to_thread(self._finish)
         return CollectionSummary(
             output_path=self.output_path,
             failures_path=self.failures_path,
@@ -195,6 +204,7 @@ class _Run:
             failed=self.failed,
             skipped=skipped,
             metrics=metrics,
+            aggregate_metrics=entries,
         )
 
     def _report(self) -> None:
@@ -267,22 +277,34 @@ class _Run:
         if self.store is not None:
             await self.io.submit((_start_capture, (self.store, rollout.rollout_id)))
         try:
-            answer = await self._call_agent(session, rollout)
+            answer, latency_ms = await self._call_agent(session, rollout)
         except _RolloutFailed as exc:
             line = failure_line(rollout, exc.kind, str(exc), **exc.detail)
             await self.queue.put((_FAILED, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)))
             self.failed += 1
+            self._failed_on(rollout.task.get(ENVIRONMENT_SERVER_KEY))
         else:
-            if self.store is None:  # nothing to read: encoding alone does not need a thread
-                data = _encode_rollout(None, rollout, answer)
+            work = (_encode_rollout, (self.store, rollout, answer, latency_ms))
+            if self.store is None and not has_evidence(answer):
+                data = _encode_rollout(*work[1])  # nothing to read or build: no thread needed
             else:
-                data = await self.io.submit((_encode_rollout, (self.store, rollout, answer)))
+                data = await self.io.submit(work)
             await self.queue.put((_OK, data))
         self.done += 1
         self._report()
 
-    async def _call_agent(self, session: aiohttp.ClientSession, rollout: Rollout) -> dict[str, Any]:
+    def _failed_on(self, environment_server: Any) -> None:
+        key = orjson.dumps(environment_server, option=orjson.OPT_SORT_KEYS)
+        _, count = self.failed_by_server.get(key, (environment_server, 0))
+        self.failed_by_server[key] = (environment_server, count + 1)
+
+    async def _call_agent(
+        self, session: aiohttp.ClientSession, rollout: Rollout
+    ) -> tuple[dict[str, Any], float]:
+        """The agent's checked answer, and the wall-clock of its ``/run`` in milliseconds: from
+        the request's start until its answer was read and parsed."""
         body = orjson.dumps(rollout.run_body())
+        started = time.perf_counter()
         try:
             async with session.post(
                 self.run_url, data=body, headers={"content-type": "application/json"}
@@ -303,16 +325,18 @@ class _Run:
             raise _RolloutFailed(
                 "bad_json", f"the agent's answer is not JSON ({exc})", body=_body(raw)
             ) from None
+        latency_ms = (time.perf_counter() - started) * 1000
         try:
-            return check_agent_answer(answer)
+            return check_agent_answer(answer), latency_ms
         except AgentAnswerError as exc:
             raise _RolloutFailed("bad_answer", str(exc)) from None
 
     # -- after: sort and aggregate (blocking, run in a thread) --
 
-    def _finish(self) -> dict[str, Any]:
-        accumulator = MetricsAccumulator(capture=self.store is not None)
-        accumulator.add_failure(self.failed)
+    def _finish(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        accumulator = AggregateMetrics(capture=self.store is not None)
+        for server, count in self.failed_by_server.values():
+            accumulator.add_failure(server, count)
         sorted_tmp = self.output_path.with_name(self.output_path.name + ".sorting")
         with open(self.output_path, "rb") as source:
             index = _index_lines(source, self.output_path)
@@ -333,13 +357,13 @@ class _Run:
                 target.flush()
                 os.fsync(target.fileno())
         os.replace(sorted_tmp, self.output_path)
-        metrics = accumulator.result()
+        entries = accumulator.entries(self.agent_name)
         tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
         tmp.write_bytes(
-            orjson.dumps(metrics, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+            orjson.dumps(entries, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
         )
         os.replace(tmp, self.metrics_path)
-        return metrics
+        return accumulator.overall.result(), entries
 
 
 class _Writer:
@@ -412,14 +436,15 @@ def _start_capture(store: CaptureStore, rollout_id: str) -> None:
 
 
 def _encode_rollout(
-    store: CaptureStore | None, rollout: Rollout, answer: Mapping[str, Any]
+    store: CaptureStore | None, rollout: Rollout, answer: Mapping[str, Any], latency_ms: float
 ) -> bytes:
-    attachment = None
-    if store is not None:
-        attachment = with_trajectory(
-            rollout, capture_attachment(store, rollout.rollout_id, payloads=True)
-        )
-    line = rollout_line(rollout, answer, attachment)
+    line = rollout_line(
+        rollout,
+        answer,
+        capture_dirs=() if store is None else (store.directory,),
+        observability_enabled=store is not None,
+        rollout_latency_ms=latency_ms,
+    )
     return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
 
 

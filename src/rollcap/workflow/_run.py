@@ -178,6 +178,7 @@ async def run_eval(
             concurrency=request.concurrency,
             resume=request.resume,
             progress=progress,
+            agent_name=request.agent,
         )
         # In a thread: the model server may be served by this very event loop.
         return summary, await asyncio.to_thread(_uncorrelated, model_url)
@@ -199,6 +200,20 @@ def format_summary(summary: CollectionSummary, uncorrelated: int | None) -> str:
         f"reasoning {n('tokens_reasoning')}, cached {n('cached_tokens')}",
         f"model latency per rollout ms: p50 {n('latency_p50_ms')}, p90 {n('latency_p90_ms')}, "
         f"p99 {n('latency_p99_ms')}",
+    ]
+    perf = summary.perf_summary
+    if perf is not None:
+
+        def p(key: str) -> str:
+            value = perf.get(key)
+            return "-" if value is None else f"{value:.2f}"
+
+        lines.append(
+            f"agent evidence: coverage {p('overall_observability_coverage')}, turns per rollout "
+            f"mean {p('mean_num_turns')} (max {p('max_num_turns')}), run ms p50 "
+            f"{p('total_latency_p50_ms')}, p90 {p('total_latency_p90_ms')}"
+        )
+    lines += [
         f"output   {summary.output_path}",
         f"failures {summary.failures_path}",
         f"metrics  {summary.metrics_path}",
