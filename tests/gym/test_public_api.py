@@ -11,6 +11,7 @@ PUBLIC = {
     "RESOURCES_SERVERS",
     "AgentSettings",
     "AgentSpec",
+    "CalculatorResourcesServer",
     "DownstreamError",
     "InvalidRequest",
     "McqaResourcesServer",
@@ -21,6 +22,7 @@ PUBLIC = {
     "create_resources_app",
     "example_data_path",
     "extract_answer",
+    "extract_number",
     "parse_mcqa_task",
 }
 
@@ -32,7 +34,7 @@ def test_exported_names_are_frozen() -> None:
 
 
 def test_registries_are_read_only() -> None:
-    assert set(rollcap.gym.RESOURCES_SERVERS) == {"mcqa"}
-    assert set(rollcap.gym.AGENTS) == {"mcqa_simple_agent"}
+    assert set(rollcap.gym.RESOURCES_SERVERS) == {"calculator", "mcqa"}
+    assert set(rollcap.gym.AGENTS) == {"mcqa_simple_agent", "simple_agent"}
     with pytest.raises(TypeError):
         rollcap.gym.AGENTS["x"] = rollcap.gym.AGENTS["mcqa_simple_agent"]  # type: ignore[index]

@@ -136,3 +136,52 @@ async def test_base_class_defaults(
         assert response.status == 405
     with pytest.raises(NotImplementedError):
         await ResourcesServer().verify({})
+    assert ResourcesServer().tools() == []
+    with pytest.raises(NotImplementedError):
+        await ResourcesServer().call_tool("x", {})
+    async with session.get(url + "/tools") as response:
+        assert response.status == 200
+        assert orjson.loads(await response.read()) == {"tools": []}
+    async with session.post(url + "/tools/x", data=b"{}") as response:
+        assert response.status == 404
+        assert "scripted has no tool 'x'" in orjson.loads(await response.read())["error"]["message"]
+
+
+class Echo(ResourcesServer):
+    """One tool, ``echo``, that answers its arguments, refuses ``bad`` and breaks on ``boom``."""
+
+    name = "echo"
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [{"type": "function", "name": "echo", "parameters": {"type": "object"}}]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        if "bad" in arguments:
+            raise InvalidRequest("bad is not an argument of echo")
+        if "boom" in arguments:
+            raise RuntimeError("echo exploded")
+        return [name, arguments]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "answer"),
+    [
+        (b'{"x": 1}', 200, ["echo", {"x": 1}]),
+        (b'{"bad": 1}', 400, "bad is not an argument of echo"),
+        (b'{"boom": 1}', 500, "echo tool echo failed: RuntimeError: echo exploded"),
+        (b"[1]", 400, "the request body must be a JSON object, got an array"),
+    ],
+)
+async def test_a_tool_runs_and_its_failures_are_errors(
+    body: bytes, status: int, answer: Any
+) -> None:
+    async with (
+        serving(create_resources_app(Echo())) as url,
+        aiohttp.ClientSession(timeout=CLIENT_TIMEOUT) as session,
+    ):
+        async with session.get(url + "/tools") as response:
+            assert orjson.loads(await response.read())["tools"][0]["name"] == "echo"
+        async with session.post(url + "/tools/echo", data=body) as response:
+            assert response.status == status
+            got = orjson.loads(await response.read())
+    assert (got if status == 200 else got["error"]["message"]) == answer

@@ -172,7 +172,7 @@ def test_tool_turns_call_the_tools_in_turn_then_answer(dialect: str, turns: int 
     headers = {"x-fake-scenario": "tool_turns"}
     if turns is not None:
         headers["x-fake-tool-turns"] = str(turns)
-    called: list[tuple[str, Any]] = []
+    called: list[tuple[str | None, Any]] = []
     for _ in range(5):
         answer_ = json_of(reply(dialect, body, headers))
         normalized = get_dialect(dialect).normalize(answer_)

@@ -57,6 +57,7 @@ from rollcap.evidence._trajectory import (
     attach_trajectory_record,
     build_trajectory,
     trajectory_identity,
+    turn_content,
 )
 
 __all__ = [
@@ -96,4 +97,5 @@ __all__ = [
     "read_capture",
     "rollout_for_export",
     "trajectory_identity",
+    "turn_content",
 ]

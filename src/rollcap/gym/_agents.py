@@ -4,8 +4,8 @@
 
 - ``POST /run``: one task line plus ``_ng_task_index``, ``_ng_rollout_index``,
   ``_ng_attempt_index`` (and optionally ``_ng_rollout_id``). Answers what ``agent.run`` returns;
-  for ``SimpleResponsesAgent``: ``{"response": <Responses object>, "reward": float, ...the other
-  fields verify returned}``.
+  for ``SimpleResponsesAgent`` (``_simple_agent``): ``{"response": <Responses object>, "reward":
+  float, ...the other fields verify returned[, "ng_trajectory"]}``.
 - ``POST /v1/responses``, ``POST /ng-rollout/<rollout_id>/v1/responses``: the agent as a
   Responses endpoint (a self-call). The prefix is stripped before routing, the id kept in the
   scope under ``SCOPE_ROLLOUT_ID_KEY``, and the model call goes out under the same prefix, so a
@@ -29,6 +29,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -39,7 +40,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rollcap._json import json_type_name, load_json_object
+from rollcap._json import load_json_object
 from rollcap._proxy.asgi import send_json
 from rollcap._proxy.forward import UpstreamFailure, read_whole, relay, upstream_failures
 from rollcap._proxy.relay import BreakOffMiddleware, StreamResponse
@@ -51,22 +52,23 @@ from rollcap.gym._http import (
     read_json_object,
 )
 from rollcap.gym._resources import VerifyResultError, check_verify_result
-from rollcap.routing import strip_prefix, url_path_for_request, url_path_for_run
+from rollcap.routing import strip_prefix, url_path_for_request
 from rollcap.sse import is_event_stream
 
 __all__ = [
+    "RESPONSES_PATH",
     "AgentSettings",
     "DownstreamError",
     "ResponsesAgent",
-    "SimpleResponsesAgent",
     "create_agent_app",
 ]
 
 log = logging.getLogger("rollcap.gym")
 
 RESPONSES_PATH = "/v1/responses"
+MODEL_CALL_ID_HEADER = "x-rollcap-model-call-id"
 # Model-server response headers worth handing on to a self-call's client.
-_RELAYED_HEADERS = ("content-type", "x-rollcap-model-call-id", "x-request-id")
+_RELAYED_HEADERS = ("content-type", MODEL_CALL_ID_HEADER, "x-request-id")
 _ERROR_DETAIL_CHARS = 500
 
 
@@ -95,6 +97,8 @@ class AgentSettings:
     connect_timeout_s: float = 30.0
     model_read_timeout_s: float = 600.0
     verify_timeout_s: float = 300.0
+    model_server_name: str | None = None
+    max_steps: int = 10
 
     def __post_init__(self) -> None:
         model = _normalized_base_url("model_base_url", self.model_base_url)
@@ -107,6 +111,9 @@ class AgentSettings:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"{field} must be a number > 0, got {value!r}")
+        steps = self.max_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"max_steps must be an integer >= 1, got {steps!r}")
 
 
 class DownstreamError(Exception):
@@ -229,11 +236,20 @@ class ResponsesAgent:
 
     async def call_model(self, url_path: str, params: dict[str, Any]) -> dict[str, Any]:
         """POST a Responses request to the model server at ``url_path``; the answer object."""
+        answer, _ = await self.call_model_traced(url_path, params)
+        return answer
+
+    async def call_model_traced(
+        self, url_path: str, params: dict[str, Any]
+    ) -> tuple[dict[str, Any], str | None]:
+        """As ``call_model``, with the id the model server captured the call under
+        (``x-rollcap-model-call-id``), or ``None`` when it did not capture it."""
         url = self.settings.model_base_url + url_path
         headers = {"content-type": "application/json"}
         upstream = await self._open_model(url, params, headers)
+        call_id = upstream.headers.get(MODEL_CALL_ID_HEADER)
         raw = await self._read_model(upstream, url)
-        return _json_answer("model", url, upstream.status, raw)
+        return _json_answer("model", url, upstream.status, raw), call_id
 
     async def _read_model(self, upstream: aiohttp.ClientResponse, url: str) -> bytes:
         """The model server's whole answer; its failures as the agent reports them."""
@@ -242,19 +258,21 @@ class ResponsesAgent:
         except UpstreamFailure as failure:
             raise self._model_failure(url, failure) from None
 
-    async def verify(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST ``payload`` to the resources server's ``/verify``; its result, reward a float."""
-        url = self.settings.resources_base_url + "/verify"
+    async def _resources(self, method: str, path: str, payload: object = None) -> tuple[int, bytes]:
+        """One call to the resources server: its status and whole body; its failures as the
+        agent reports them."""
+        url = self.settings.resources_base_url + path
         timeout = aiohttp.ClientTimeout(
             total=self.settings.verify_timeout_s, sock_connect=self.settings.connect_timeout_s
         )
+        data = None if payload is None else orjson.dumps(payload)
         headers = {"content-type": "application/json"}
         try:
             with upstream_failures():
-                answer = await self.session.post(
-                    url, data=orjson.dumps(payload), headers=headers, timeout=timeout
+                answer = await self.session.request(
+                    method, url, data=data, headers=headers, timeout=timeout
                 )
-            status, raw = answer.status, await read_whole(answer)
+            return answer.status, await read_whole(answer)
         except UpstreamFailure as failure:
             if failure.timed_out:
                 seconds = self.settings.verify_timeout_s
@@ -262,6 +280,33 @@ class ResponsesAgent:
             else:
                 message = f"resources server {failure.what} at {url}: {failure.detail}"
             raise DownstreamError(message, server="resources", status=failure.status) from None
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """The resources server's function tools (``GET /tools``); none when it has no such
+        route (404)."""
+        status, raw = await self._resources("GET", "/tools")
+        if status == 404:
+            return []
+        url = self.settings.resources_base_url + "/tools"
+        tools = _json_answer("resources", url, status, raw).get("tools")
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise DownstreamError(
+                f"resources server at {url}: tools must be a list of objects",
+                server="resources",
+                server_status=status,
+            )
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[int, str]:
+        """Run a tool on the resources server (``POST /tools/<name>``): its HTTP status and its
+        answer as text, which is the tool's output as the model sees it (an error too)."""
+        status, raw = await self._resources("POST", f"/tools/{quote(name, safe='')}", arguments)
+        return status, raw.decode("utf-8", "replace")
+
+    async def verify(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST ``payload`` to the resources server's ``/verify``; its result, reward a float."""
+        url = self.settings.resources_base_url + "/verify"
+        status, raw = await self._resources("POST", "/verify", payload)
         result = _json_answer("resources", url, status, raw)
         try:
             return check_verify_result(result)
@@ -286,38 +331,6 @@ def _json_answer(server: str, url: str, status: int, raw: bytes) -> dict[str, An
             server_status=status,
         )
     return answer
-
-
-class SimpleResponsesAgent(ResponsesAgent):
-    """One model call, then verify: the agent behind ``mcqa_simple_agent``.
-
-    ``run`` sends the task's ``responses_create_params`` (``model`` filled in when absent) to
-    ``model_base_url + url_path_for_run("/v1/responses", body)``, so the call is captured under
-    the rollout's prefix, then posts ``{**body, "response": response}`` to the resources server's
-    ``/verify`` and answers ``{"response": response, "reward": reward, **other verify fields}``.
-    A streamed request (``stream: true``) is refused: the simple agent grades a whole answer.
-    """
-
-    async def run(self, body: dict[str, Any]) -> dict[str, Any]:
-        params = body.get("responses_create_params")
-        if not isinstance(params, dict):
-            got = json_type_name(params) if "responses_create_params" in body else "none"
-            raise InvalidRequest(f"responses_create_params must be a JSON object, got {got}")
-        if params.get("stream"):
-            raise InvalidRequest(
-                f"{self.name} grades whole answers: responses_create_params.stream must be "
-                "false or absent"
-            )
-        try:
-            url_path = url_path_for_run(RESPONSES_PATH, body)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
-        response = await self.call_model(url_path, self.with_model(params))
-        verified = await self.verify({**body, "response": response})
-        result: dict[str, Any] = {"response": response, "reward": verified["reward"]}
-        for key, value in verified.items():
-            result.setdefault(key, value)
-        return result
 
 
 class _SelfCallPrefix:

@@ -8,7 +8,7 @@ from pathlib import Path
 __all__ = ["EXAMPLE_DATA", "example_data_path"]
 
 # Resources server name -> its example file under rollcap/gym/data/.
-EXAMPLE_DATA = {"mcqa": "mcqa/example.jsonl"}
+EXAMPLE_DATA = {"calculator": "calculator/example.jsonl", "mcqa": "mcqa/example.jsonl"}
 
 
 def example_data_path(name: str) -> Path:

@@ -5,6 +5,11 @@ A resources server is a ``ResourcesServer`` subclass served by ``create_resource
 - ``POST /verify``: the task line plus the agent's ``response``; answers the dict ``verify``
   returned, which holds a finite number ``reward`` (sent as a float) and any other fields.
 - ``POST /seed_session``: whatever ``seed_session`` returns (``{}`` by default).
+- ``GET /tools``: ``{"tools": [...]}``, the function tools an agent may call here, as the
+  Responses API declares them (``{"type": "function", "name", "description", "parameters"}``);
+  none by default.
+- ``POST /tools/<name>``: run one of them; the body is the call's arguments (a JSON object),
+  the answer the JSON value ``call_tool`` returned. An unknown tool is 404.
 - ``GET /health``: ``{"status": "ok", "name": ...}``.
 
 Errors are JSON in the OpenAI shape, ``{"error": {"message", "type", "param", "code"}}``, never a
@@ -60,6 +65,18 @@ class ResourcesServer:
     async def seed_session(self, body: dict[str, Any]) -> dict[str, Any]:
         """Prepare per-rollout state before the agent runs; nothing to do by default."""
         return {}
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The function tools an agent may call, as Responses API function tools; none here."""
+        return []
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Run tool ``name`` (one of ``tools()``) on ``arguments``; its result, a JSON value.
+
+        Raise ``InvalidRequest`` for arguments it cannot take: the agent hands that error to
+        the model as the tool's output.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no tool {name!r}")
 
     async def start(self) -> None:
         """Called once when the app starts serving."""
@@ -124,6 +141,25 @@ def create_resources_app(server: ResourcesServer) -> Starlette:
     async def seed_session(request: Request) -> Response:
         return await call("seed_session", server.seed_session, request)
 
+    async def tools(request: Request) -> Response:
+        return json_response({"tools": server.tools()})
+
+    async def call_tool(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in {tool.get("name") for tool in server.tools()}:
+            return error_response(404, f"{server.name} has no tool {name!r}", "not_found_error")
+        try:
+            arguments = await read_json_object(request)
+            result = await server.call_tool(name, arguments)
+            payload = orjson.dumps(result)
+        except InvalidRequest as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+        except Exception as exc:
+            log.exception("resources server %s: tool %s failed", server.name, name)
+            message = f"{server.name} tool {name} failed: {type(exc).__name__}: {exc}"
+            return error_response(500, message, "server_error")
+        return Response(payload, media_type="application/json")
+
     async def health(request: Request) -> Response:
         return json_response({"status": "ok", "name": server.name})
 
@@ -139,6 +175,8 @@ def create_resources_app(server: ResourcesServer) -> Starlette:
         routes=[
             Route("/verify", verify, methods=["POST"]),
             Route("/seed_session", seed_session, methods=["POST"]),
+            Route("/tools", tools, methods=["GET"]),
+            Route("/tools/{name}", call_tool, methods=["POST"]),
             Route("/health", health, methods=["GET"]),
         ],
         lifespan=lifespan,

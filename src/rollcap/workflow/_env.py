@@ -287,6 +287,8 @@ async def environment(
                 resources_base_url=urls[resources.name],
                 model_name=instance.settings.get("model_name", settings.policy_model_name),
                 name=instance.name,
+                model_server_name=model.name,
+                **{k: instance.settings[k] for k in ("max_steps",) if k in instance.settings},
             )
             url = await stack.enter_async_context(
                 serving(create_agent_app(create(agent_settings)), host)
