@@ -5,7 +5,8 @@ The stub reads its behaviour from the task's fields: ``calls`` (how many model c
 answering), ``fail`` (``http500``, ``json400``, ``badjson``, ``noreward``, ``hang``; ``first``
 fails attempt 0 only), ``same_id`` (its calls share one model call id, which no trajectory can
 hold), ``observe`` (it answers ``ng_agent_observations`` with one invocation, ``s``, whose
-calls join it by their session id).
+calls join it by their session id), ``damage`` (a torn line after its calls, and the
+incomplete marker a failed write leaves).
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ def make_app(agent: StubAgent, *, record_runs: bool = True) -> Starlette:
             if body.get("same_id"):
                 record["model_call_id"] = "d" * 32
             await asyncio.to_thread(agent.store.append, rollout_id, record)
+        if body.get("damage"):
+            with open(agent.store.path_for(rollout_id), "ab") as capture:
+                capture.write(b'{"model_call_id": "torn\n')
+            await asyncio.to_thread(agent.store.mark_incomplete, rollout_id)
         if body.get("delay"):
             await asyncio.sleep(body["delay"])
         if fail == "hang":

@@ -121,6 +121,27 @@ async def test_projection_failure_keeps_payloads(
     assert line["reward"] == 0.0
 
 
+async def test_a_damaged_capture_is_gaps_on_the_line_and_in_its_trajectory(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"calls": 2, "damage": True, "observe": True}])
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(agent.url, source, tmp_path / "out.jsonl", capture_dir=capture_dir)
+    (line,) = read_lines(summary.output_path)
+    damage = [
+        {"code": "model_call_capture_records_unreadable", "detail": "count=1"},
+        {"code": "model_call_capture_incomplete"},
+    ]
+    assert line[CAPTURE_KEY]["gaps"] == damage
+    assert line[CAPTURE_KEY]["metrics"]["num_calls"] == 2  # the whole lines still count
+    copied = [g for g in line[TRAJECTORY_KEY]["gaps"] if g["code"].startswith("model_call_")]
+    assert copied == [
+        {"code": gap["code"], "invocation_id": None, "detail": gap.get("detail")} for gap in damage
+    ]
+    assert line[PERF_KEY]["num_turns"] == 2
+    assert line["reward"] == 0.0
+
+
 async def test_without_capture_there_is_no_attachment(agent: StubAgent, tmp_path: Path) -> None:
     source = write_input(tmp_path / "in.jsonl", [{"calls": 0}, {"calls": 0, "observe": True}])
     async with asyncio.timeout(BOUND_S):

@@ -7,11 +7,23 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx2
+import openai
 import orjson
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from rollcap import read_model_call_records
+from rollcap._runtime.serving import serving
+from rollcap.collect import collect
 from rollcap.evidence import attach, read_capture
+from rollcap.routing import base_url_for_run
+from rollcap.server import create_model_app
 from rollcap.store import CaptureStore
+from rollcap.testing import FakeUpstream
 from tests.evidence.conftest import (
     bundle,
     by_id,
@@ -21,6 +33,7 @@ from tests.evidence.conftest import (
     invocation,
     responses_raw,
 )
+from tests.server.conftest import settings_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROW = {"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_attempt_index": 0, "question": "q"}
@@ -243,3 +256,65 @@ def test_attach_never_raises_for_junk_evidence(tmp_path: Path, enabled: bool) ->
         line = attach(ROW, answer, capture_dirs=[tmp_path], observability_enabled=enabled)
         assert (line["response"], line["reward"]) == (ANSWER["response"], ANSWER["reward"])
         assert "ng_trajectory" in line
+
+
+async def test_an_external_harness_joins_by_session_id_through_the_model_server(
+    tmp_path: Path,
+) -> None:
+    """A harness of its own: the OpenAI SDK through the rollout prefix with ``x-session-id``
+    naming its invocation, and a bundle that lists no call. Collection joins them exactly."""
+    capture = tmp_path / "calls"
+
+    async def run(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        invocation_id = f"harness-{body['_ng_task_index']}"
+        async with httpx2.AsyncClient() as http:
+            client = openai.AsyncOpenAI(
+                base_url=base_url_for_run(model_url, body) + "/v1",
+                api_key="unused",
+                default_headers={"x-session-id": invocation_id},
+                max_retries=0,
+                http_client=http,
+            )
+            first = await client.responses.create(model="fake-model", input=body["question"])
+            await client.responses.create(model="fake-model", input=first.output_text)
+        observations = {
+            "source": "harness",
+            "records": [
+                {"kind": "agent_invocation", "invocation_id": invocation_id, "status": "completed"}
+            ],
+        }
+        answer = {
+            "response": first.model_dump(mode="json"),
+            "reward": 1.0,
+            "ng_agent_observations": observations,
+        }
+        return Response(orjson.dumps(answer), media_type="application/json")
+
+    harness = Starlette(routes=[Route("/run", run, methods=["POST"])])
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b'{"question": "one?"}\n{"question": "two?"}\n')
+    async with (
+        FakeUpstream() as upstream,
+        serving(create_model_app(settings_for(upstream.url, capture, api_key=None))) as model_url,
+        serving(harness) as harness_url,
+    ):
+        summary = await collect(harness_url, source, tmp_path / "out.jsonl", capture_dir=capture)
+    lines = [orjson.loads(raw) for raw in summary.output_path.read_bytes().splitlines()]
+    assert len(lines) == 2
+    for task, line in enumerate(lines):
+        calls = read_model_call_records(CaptureStore(capture), f"{task}-0")
+        assert [c.client_session_id for c in calls] == [f"harness-{task}"] * 2
+        (root,) = line["ng_agent_observations"]["records"]
+        assert root["model_calls"] == [
+            {
+                "model_call_id": c.model_call_id,
+                "model_ref": {"type": "responses_api_models", "name": "policy_model"},
+                "response_id": c.response_id,
+            }
+            for c in calls
+        ]
+        assert line["ng_agent_observations"]["gaps"] == []
+        assert [t["turn_no"] for t in line["ng_trajectory"]["turns"]] == [1, 2]
+        assert line["ng_perf"]["num_turns"] == 2
+        assert line["ng_perf"]["token_observability_coverage"] == 1.0
