@@ -140,6 +140,22 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--no-payloads", action="store_true", help="omit request and response payloads"
     )
+    attach = capture_commands.add_parser(
+        "attach",
+        help="rebuild the evidence keys of a rollouts file from a capture directory",
+    )
+    attach.add_argument("rollouts", type=Path, metavar="ROLLOUTS.jsonl")
+    attach.add_argument(
+        "--capture-dir",
+        required=True,
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="the capture directory (repeatable: the first that has a rollout wins)",
+    )
+    attach.add_argument(
+        "-o", "--output", type=Path, metavar="OUT", help="default: rewrite ROLLOUTS in place"
+    )
     add_export_otel_command(capture_commands)
     report = capture_commands.add_parser(
         "report", help="write one self-contained HTML file that shows the run (opens offline)"
@@ -211,6 +227,20 @@ def _capture_list(directory: str) -> int:
 def _capture_show(directory: str, rollout_id: str, payloads: bool) -> int:
     attachment = capture_attachment(CaptureStore(directory), rollout_id, payloads=payloads)
     sys.stdout.buffer.write(orjson.dumps(attachment, option=orjson.OPT_INDENT_2) + b"\n")
+    return EXIT_OK
+
+
+def _capture_attach(args: argparse.Namespace) -> int:
+    from rollcap.collect import reattach
+
+    summary = reattach(args.rollouts, args.capture_dir, args.output)
+    copied = []
+    if summary.without_rollout:
+        copied.append(f"{summary.without_rollout} naming no rollout")
+    if summary.not_objects:
+        copied.append(f"{summary.not_objects} not JSON objects")
+    kept = f"; copied as they were: {', '.join(copied)}" if copied else ""
+    print(f"attached the evidence of {summary.attached} rollouts to {summary.output_path}{kept}")
     return EXIT_OK
 
 
@@ -447,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _capture_list(args.directory)
         if args.command == "capture" and args.capture_command == "show":
             return _capture_show(args.directory, args.rollout_id, not args.no_payloads)
+        if args.command == "capture" and args.capture_command == "attach":
+            return _capture_attach(args)
         if args.command == "capture" and args.capture_command == "export-otel":
             return run_export_otel(args)
         if args.command == "capture" and args.capture_command == "report":

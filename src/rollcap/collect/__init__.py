@@ -2,8 +2,10 @@
 
 ``collect`` is the I/O shell; the modules it drives are usable on their own: planning and
 resume bookkeeping (``plan_rollouts``, ``ResumeState``), the output and failure lines
-(``rollout_line``, which attaches the rollout's evidence, and ``failure_line``), and the
-aggregate metrics (``MetricsAccumulator``, ``AggregateMetrics``).
+(``rollout_line``, which attaches the rollout's evidence, and ``failure_line``), the
+aggregate metrics (``MetricsAccumulator``, ``AggregateMetrics``), and ``reattach``, which
+rebuilds the evidence of a rollouts file from a capture directory (``rollcap capture
+attach``).
 """
 
 from rollcap.collect._aggregate import (
@@ -30,6 +32,7 @@ from rollcap.collect._plan import (
     plan_rollouts,
     planned_count,
 )
+from rollcap.collect._reattach import ReattachSummary, reattach, reattach_line
 from rollcap.collect._runner import ProgressCallback, collect
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "InputError",
     "MetricsAccumulator",
     "ProgressCallback",
+    "ReattachSummary",
     "ResumeState",
     "Rollout",
     "aggregate_metrics_path",
@@ -52,5 +56,7 @@ __all__ = [
     "percentile",
     "plan_rollouts",
     "planned_count",
+    "reattach",
+    "reattach_line",
     "rollout_line",
 ]
