@@ -120,6 +120,12 @@ def _parser() -> argparse.ArgumentParser:
         "--head-url", help="with --no-serve: the head server (default 127.0.0.1:11000)"
     )
     run.add_argument("--head-port", type=int, default=11000, help="without --no-serve")
+    run.add_argument(
+        "--wandb-project",
+        metavar="P",
+        help="log the rollouts and metrics to this W&B project at the end (rollcap[wandb])",
+    )
+    run.add_argument("--wandb-entity", metavar="E", help="the W&B entity (team or user)")
     _config_arguments(run)
 
     submit = eval_commands.add_parser(
@@ -394,6 +400,8 @@ def _eval_run(args: argparse.Namespace) -> int:
         model_type=args.model_type,
         head_url=args.head_url,
         head_port=args.head_port,
+        wandb_project=args.wandb_project,
+        wandb_entity=args.wandb_entity,
     )
     progress = Progress()
     try:

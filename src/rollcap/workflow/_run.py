@@ -1,7 +1,8 @@
 """``rollcap eval run``: collect rollouts against an environment, then report.
 
 With ``--no-serve`` the agent is found through a running head server (``rollcap env start``);
-without it the environment is started here, around the collection, and stopped after.
+without it the environment is started here, around the collection, and stopped after. With
+``--wandb-project`` the finished run is logged to W&B (``_wandb``), once collection is over.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import rich.progress
 from rollcap.collect import CollectionSummary, collect
 from rollcap.config import ConfigError, RunSettings
 from rollcap.workflow._discovery import list_servers
+from rollcap.workflow._wandb import log_to_wandb, require_wandb
 
 __all__ = ["EvalRequest", "Progress", "format_summary", "run_eval"]
 
@@ -40,6 +42,8 @@ class EvalRequest:
     model_type: str | None = None
     head_url: str | None = None
     head_port: int = 11000
+    wandb_project: str | None = None
+    wandb_entity: str | None = None
 
 
 class Progress:
@@ -165,6 +169,8 @@ async def run_eval(
     settings = RunSettings.from_config(config)
     if not request.input_path.is_file():
         raise ConfigError(f"--input {request.input_path}: no such file")
+    if request.wandb_project is not None:
+        require_wandb()  # before anything runs: a missing client is a one-line error
     async with _agent_and_model(request, config) as (agent_url, model_url):
         if on_started is not None:
             on_started()
@@ -181,7 +187,38 @@ async def run_eval(
             agent_name=request.agent,
         )
         # In a thread: the model server may be served by this very event loop.
-        return summary, await asyncio.to_thread(_uncorrelated, model_url)
+        uncorrelated = await asyncio.to_thread(_uncorrelated, model_url)
+    if request.wandb_project is not None:
+        await _log_to_wandb(request, summary, capture=settings.capture_dir is not None)
+    return summary, uncorrelated
+
+
+async def _log_to_wandb(request: EvalRequest, summary: CollectionSummary, *, capture: bool) -> None:
+    """Log the finished run to W&B, in a thread; a failure is reported, never raised: the
+    rollouts are written already."""
+    assert request.wandb_project is not None
+    config = {
+        "agent": request.agent,
+        "input": str(request.input_path),
+        "output": str(request.output_path),
+        "limit": request.limit,
+        "num_repeats": request.num_repeats,
+        "concurrency": request.concurrency,
+        "capture": capture,
+    }
+    try:
+        directory = await asyncio.to_thread(
+            log_to_wandb,
+            summary.output_path,
+            summary.aggregate_metrics,
+            project=request.wandb_project,
+            entity=request.wandb_entity,
+            config=config,
+        )
+    except Exception as exc:
+        print(f"W&B: not logged: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    else:
+        print(f"W&B: logged to project {request.wandb_project} ({directory})", file=sys.stderr)
 
 
 def format_summary(summary: CollectionSummary, uncorrelated: int | None) -> str:
