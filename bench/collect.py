@@ -1,14 +1,22 @@
-"""Rollout collection with capture off vs on, in one run.
+"""Rollout collection with capture off vs on, and with its evidence on vs off, in one run.
 
     .venv/bin/python bench/collect.py [--tasks N] [--concurrency C]
 
-The fake upstream (``python -m rollcap.testing``) and two environments (``rollcap env start``
-with the mcqa resources server and its agent), one with capture off and one with capture on, run
-in processes of their own; collection runs here against each agent in turn, over the example
-MCQA tasks repeated to N rollouts, in 3 alternating rounds (each capture-on round a fresh
-environment and capture directory, as a new run). Reported: the median rollouts/s of each and
-the ratio on/off, and what the raw system calls of one rollout's file cost beside the capture
-directories before and after the run (see ``_raw_costs_us``).
+The fake upstream (``python -m rollcap.testing``) and ``rollcap env start`` environments (the
+mcqa resources server and its agent) run in processes of their own; collection runs here against
+each agent in turn, over the example MCQA tasks repeated to N rollouts, in 3 alternating rounds
+of three arms:
+
+- capture off: an environment without capture (one, kept for the rounds);
+- capture on: a fresh environment and capture directory, collection with ``capture_dir``: it
+  reads each rollout's capture and attaches the evidence (``ng_model_call_capture``, the agent's
+  observations joined, ``ng_trajectory``, ``ng_perf``);
+- evidence off: the same, but collection without ``capture_dir``: the model server captures
+  alike, collection reads no capture (the agent's own evidence still makes a trajectory).
+
+Reported: the median rollouts/s of each arm, the ratios capture on / off and evidence on / off,
+and what the raw system calls of one rollout's file cost beside the capture directories before
+and after the run (see ``_raw_costs_us``).
 """
 
 from __future__ import annotations
@@ -122,7 +130,8 @@ def main() -> None:
         with started(up_args, "http") as (_, up_lines):
             upstream = up_lines[0].strip()
             common = [f"++policy_base_url={upstream}/v1", f"++policy_api_key={KEY}"]
-            rates: dict[str, list[float]] = {"capture off": [], "capture on": []}
+            arms = ("capture off", "capture on", "evidence off")
+            rates: dict[str, list[float]] = {arm: [] for arm in arms}
             with started([*env, "--head-port", str(_free_port()), *common], "head") as (_, off):
                 for n in range(ROUNDS):
                     out = work / f"off-{n}.jsonl"
@@ -131,21 +140,29 @@ def main() -> None:
                     )
                     # Each capture-on round is a new run: a fresh environment and an empty
                     # capture directory, as a user's next run would have.
-                    calls = work / f"calls-{n}"
-                    capture = ["++observability_enabled=true", f"++model_call_capture_dir={calls}"]
-                    on_env = [*env, "--head-port", str(_free_port()), *common, *capture]
-                    with started(on_env, "head") as (_, on):
-                        out = work / f"on-{n}.jsonl"
-                        rates["capture on"].append(
-                            _run(_agent_url(on), example, out, calls, repeats, args.concurrency)
-                        )
+                    for arm in ("capture on", "evidence off"):
+                        calls = work / f"calls-{n}-{arm.replace(' ', '-')}"
+                        capture = [
+                            "++observability_enabled=true",
+                            f"++model_call_capture_dir={calls}",
+                        ]
+                        on_env = [*env, "--head-port", str(_free_port()), *common, *capture]
+                        with started(on_env, "head") as (_, on):
+                            out = work / f"{arm.replace(' ', '-')}-{n}.jsonl"
+                            read = calls if arm == "capture on" else None
+                            rates[arm].append(
+                                _run(_agent_url(on), example, out, read, repeats, args.concurrency)
+                            )
         ran = repeats * len(example.read_text().splitlines())
         for label, values in rates.items():
             print(f"{label:<12} {ran} rollouts x {ROUNDS} rounds: median "
                   f"{statistics.median(values):.0f} rollouts/s "
                   f"({', '.join(f'{v:.0f}' for v in values)})")  # fmt: skip
-        ratio = statistics.median(rates["capture on"]) / statistics.median(rates["capture off"])
+        median = {label: statistics.median(values) for label, values in rates.items()}
+        ratio = median["capture on"] / median["capture off"]
         print(f"capture on / off: {ratio:.2f} ({args.concurrency} concurrent, 2 cores shared)")
+        evidence = median["capture on"] / median["evidence off"]
+        print(f"evidence on / off (both captured): {evidence:.2f}")
         raw_after = _raw_costs_us(work / "probe-after")
         print("raw system calls of one rollout file beside the capture directories, CPU:")
         print(_costs_line("  before the run", raw_before))
