@@ -56,11 +56,15 @@ def build_attachment(
     gaps: Iterable[Gap] = (),
     *,
     payloads: bool = True,
+    rounded: bool = True,
 ) -> dict[str, Any]:
-    """The ``ng_model_call_capture`` object of one rollout; ``gaps`` is omitted when empty."""
+    """The ``ng_model_call_capture`` object of one rollout; ``gaps`` is omitted when empty.
+
+    ``rounded=False`` leaves the latency sum unrounded, as a rollout line carries it.
+    """
     out: dict[str, Any] = {
         "rollout_id": rollout_id,
-        "metrics": aggregate(records),
+        "metrics": aggregate(records, rounded=rounded),
         "calls": [record.to_dict(payloads=payloads) for record in records],
     }
     gap_list = [gap.to_dict() for gap in gaps]

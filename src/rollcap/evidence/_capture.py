@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollcap.attachment import CaptureRead
+from rollcap.attachment import CaptureRead, build_attachment
 from rollcap.evidence._codes import (
     CAPTURE_KEY,
     GAP_COMPACTION_JOIN_FAILED,
@@ -30,7 +30,6 @@ from rollcap.evidence._codes import (
 from rollcap.evidence._compaction import CLAUDE_CODE_SOURCE, associate_compaction_calls
 from rollcap.evidence._join import join_model_call_observations
 from rollcap.evidence._models import AgentObservationBundle, dump
-from rollcap.metrics import aggregate
 from rollcap.records import Gap, ModelCallRecord
 
 __all__ = [
@@ -67,14 +66,7 @@ def capture_object(
     include_payloads: bool,
 ) -> dict[str, Any]:
     """``{rollout_id, metrics, calls[, gaps]}``; ``gaps`` only when there are some."""
-    out: dict[str, Any] = {
-        "rollout_id": rollout_id,
-        "metrics": aggregate(calls, rounded=False),
-        "calls": [call.to_dict(payloads=include_payloads) for call in calls],
-    }
-    if gaps:
-        out["gaps"] = [gap.to_dict() for gap in gaps]
-    return out
+    return build_attachment(rollout_id, calls, gaps, payloads=include_payloads, rounded=False)
 
 
 def merge_model_call_capture(
