@@ -28,6 +28,10 @@ a scenario name, else ``text``:
 - ``stream_error``: the dialect's own mid-stream error event (non-streamed: 500, Anthropic 529).
 - ``hang``: no answer until the client leaves or the server stops. ``disconnect``: the connection
   closes without an answer.
+- ``endless``: a stream that never ends: its text delta (``x-fake-content-bytes`` of text, else a
+  short sentence) again and again, in writes of at least 16 KiB, as fast as the client reads
+  (or at ``x-fake-chunk-delay-ms``), until the client leaves or the server stops. Streamed only
+  (non-streamed: 400).
 
 Any scenario also takes ``x-fake-delay-ms`` (before the first byte), ``x-fake-chunk-delay-ms``
 (between stream events) and ``x-fake-cached-tokens`` (default: half the input tokens).

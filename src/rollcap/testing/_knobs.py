@@ -44,7 +44,7 @@ HEADER_CHUNK_DELAY_MS: Final = "x-fake-chunk-delay-ms"
 
 # Scenarios that complete (their stream ends with the dialect's terminal event).
 _COMPLETING = ("text", "tool", "reasoning", "incomplete")
-_FAILING = ("malformed_json", "truncate", "stream_error", "hang", "disconnect")
+_FAILING = ("malformed_json", "truncate", "stream_error", "hang", "disconnect", "endless")
 _HTTP_ERRORS = ("http_400", "http_401", "http_404", "http_429", "http_500", "http_503")
 SCENARIOS: Final = _COMPLETING + _FAILING + _HTTP_ERRORS
 """The named scenarios. Besides these, ``http_<status>`` answers any status from 400 to 599."""

@@ -243,6 +243,10 @@ class FakeUpstream:
                     if index:
                         await self._pause(reply.chunk_delay_s)
                     await response.write(frame)
+                while reply.repeat:  # until the client leaves or the server stops
+                    await self._pause(reply.chunk_delay_s)
+                    await response.write(reply.repeat)
+                    await asyncio.sleep(0)  # a client that keeps up must not starve the rest
             if reply.cut:
                 return _drop(request, response)
             await response.write_eof()
