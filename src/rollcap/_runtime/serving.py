@@ -1,17 +1,28 @@
-"""Run ASGI apps under uvicorn on sockets bound up front, so a busy port is a clear error."""
+"""Run ASGI apps under uvicorn on sockets bound up front, so a busy port is a clear error.
+
+uvicorn closes a connection idle between requests, but not one that never finishes its request
+headers (a client that sends them a byte a second, or nothing at all): every server here closes
+such a connection after ``header_timeout_s`` (``HEADER_READ_TIMEOUT_S`` unless configured).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from rollcap.config import HEADER_READ_TIMEOUT_S
 
 __all__ = ["bind", "serving", "serving_in_thread", "uvicorn_server"]
+
+log = logging.getLogger("rollcap.serving")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -32,16 +43,63 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def uvicorn_server(app: Any, *, log_level: str = "warning") -> uvicorn.Server:
+def _header_timeout_protocol(timeout_s: float) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP protocol, closing a connection that does not finish its request headers
+    within ``timeout_s`` of its opening (a first request) or of the request's first byte."""
+
+    class HeaderTimeoutProtocol(HttpToolsProtocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(timeout_s, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self._arm()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if not self.transport.is_closing():
+                peer = f"{self.client[0]}:{self.client[1]}" if self.client else "an unknown peer"
+                log.info(
+                    "closed a connection from %s: no request headers within %g s", peer, timeout_s
+                )
+                self.transport.close()
+
+    return HeaderTimeoutProtocol
+
+
+def uvicorn_server(
+    app: Any, *, log_level: str = "warning", header_timeout_s: float = HEADER_READ_TIMEOUT_S
+) -> uvicorn.Server:
     """A uvicorn server for ``app`` on the fast loop and parser, with no headers of its own.
 
     The model server forwards the upstream's ``date`` and ``server`` headers; uvicorn's would
-    be second copies.
+    be second copies. A connection that takes longer than ``header_timeout_s`` over its request
+    headers is closed.
     """
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        http="httptools",
+        http=_header_timeout_protocol(header_timeout_s),
         log_level=log_level,
         access_log=False,
         server_header=False,
@@ -66,16 +124,22 @@ class _Server(uvicorn.Server):
 
 @contextlib.asynccontextmanager
 async def serving(
-    app: Any, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    sock: socket.socket | None = None,
+    header_timeout_s: float = HEADER_READ_TIMEOUT_S,
 ) -> AsyncIterator[str]:
     """Serve ``app`` in the running event loop; yields its base URL, stops on exit.
 
     ``sock``: a socket bound already (so a busy port was reported before anything started).
+    ``header_timeout_s``: see ``uvicorn_server``.
     """
     if sock is None:
         sock = bind(host, port)
     host, bound_port = sock.getsockname()[:2]
-    server = uvicorn_server(app)
+    server = uvicorn_server(app, header_timeout_s=header_timeout_s)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:

@@ -42,6 +42,7 @@ from rollcap.records import GAP_TOKEN_CAPTURE_FAILED
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import error_response, json_response, read_whole
 from rollcap.server._fresh import new_model_call_id
+from rollcap.server._middleware import request_body
 from rollcap.server._recorder import CallFailure, CallRecorder
 from rollcap.server._translating import Translation, error_for_client
 from rollcap.server._writer import RecordWriter
@@ -133,7 +134,7 @@ class StagedCalls:
         return dialect is not None and request.scope.get(SCOPE_ROLLOUT_ID_KEY) is not None
 
     def _admit(
-        self, request: Request, dialect: str, raw: bytes, recorder: CallRecorder | None
+        self, request: Request, dialect: str, raw: bytes | bytearray, recorder: CallRecorder | None
     ) -> _Call:
         try:
             client_request = orjson.loads(raw)
@@ -193,7 +194,7 @@ class StagedCalls:
         open_upstream: Opener,
     ) -> Response:
         try:
-            call = self._admit(request, dialect, await request.body(), recorder)
+            call = self._admit(request, dialect, await request_body(request), recorder)
         except _Refused as exc:
             return error_response(dialect, 400, "invalid_request_error", str(exc))
         opened = await open_upstream(

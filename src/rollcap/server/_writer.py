@@ -5,12 +5,16 @@ on that. The records of calls that finish while a batch is being written queue u
 (``rollcap._runtime.batch``) takes them all at once, writes every file and then syncs them in a
 few overlapping lanes (``CaptureStore.append_many``), and wakes each waiting loop once per
 batch: under load, far fewer thread hand-offs and syncs than one append per record.
+
+A record too big to build on the event loop (``submit_built``) is built and appended by one of
+two builder threads instead, so the batches of small records never wait behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rollcap._runtime.batch import BatchThread
@@ -28,6 +32,9 @@ class RecordWriter:
         self._thread: BatchThread[tuple[str, RawRecord | Mapping[str, Any]], None] = BatchThread(
             store.append_many, "rollcap-record-writer"
         )
+        # Two: a second big record need not wait for the first, and more would only share the
+        # interpreter lock (and hold more records' memory at once).
+        self._builders: ThreadPoolExecutor | None = None
 
     async def append(self, rollout_id: str, record: RawRecord | Mapping[str, Any]) -> None:
         await self._thread.submit((rollout_id, record))
@@ -41,6 +48,26 @@ class RecordWriter:
         """
         return self._thread.enqueue((rollout_id, record))
 
+    def submit_built(
+        self, rollout_id: str, build: Callable[[], RawRecord | Mapping[str, Any]]
+    ) -> asyncio.Future[None]:
+        """As ``submit``, for a record that ``build`` makes in a builder thread, then appends.
+
+        The record is built and written whether or not anyone still waits on the future.
+        """
+        if self._builders is None:
+            self._builders = ThreadPoolExecutor(2, thread_name_prefix="rollcap-record-builder")
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._builders, self._build_and_append, rollout_id, build)
+
+    def _build_and_append(
+        self, rollout_id: str, build: Callable[[], RawRecord | Mapping[str, Any]]
+    ) -> None:
+        self.store.append(rollout_id, build())
+
     def close(self) -> None:
-        """Write what is queued, then stop the thread; a later ``append`` starts a new one."""
+        """Write what is queued, then stop the threads; a later ``append`` starts a new one."""
+        builders, self._builders = self._builders, None
+        if builders is not None:
+            builders.shutdown(wait=True)
         self._thread.close()
