@@ -3,7 +3,8 @@
 ``FakeUpstream`` is a real HTTP server on 127.0.0.1 that speaks the three dialects as the official
 SDKs expect them: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/chat/completions`` (OpenAI
 Chat Completions), ``POST /v1/messages`` (Anthropic Messages), plus ``GET /v1/models`` and
-``GET /health``. Each answers non-streamed or, with ``"stream": true``, as the API's SSE stream.
+``GET /health`` (``in_flight`` requests and ``open_connections``, its own included). Each answers
+non-streamed or, with ``"stream": true``, as the API's SSE stream.
 
     async with FakeUpstream() as upstream:          # or FakeUpstream.running_in_thread()
         client = openai.AsyncOpenAI(base_url=upstream.url + "/v1", api_key="x")

@@ -201,7 +201,9 @@ class FakeUpstream:
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         await self._receive(request)
-        return _json_response({"status": "ok"}, {})
+        # What another process needs to watch the fake: this connection is among the open ones.
+        counts = {"in_flight": self._in_flight, "open_connections": self.open_connections}
+        return _json_response({"status": "ok", **counts}, {})
 
     async def _receive(self, request: web.Request) -> bytes:
         raw = await request.read()
