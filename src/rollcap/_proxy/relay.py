@@ -25,6 +25,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
+    "TURN_BYTES",
     "BreakOffMiddleware",
     "StreamResponse",
     "UpstreamBroke",
@@ -32,6 +33,10 @@ __all__ = [
     "quiet_deliberate_breaks",
     "upstream_broke",
 ]
+
+
+# The most a stream relays per turn of the event loop.
+TURN_BYTES = 16 * 1024
 
 
 class UpstreamBroke(Exception):
@@ -134,7 +139,16 @@ class StreamResponse(Response):
         try:
             relaying = True
             async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if len(chunk) <= TURN_BYTES:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    continue
+                # A big chunk (upstream is faster than the client) goes in slices, one per
+                # loop turn, so that many fast streams share the loop with everything else.
+                view = memoryview(chunk)
+                for at in range(0, len(chunk), TURN_BYTES):
+                    piece = bytes(view[at : at + TURN_BYTES])
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                    await asyncio.sleep(0)
             relaying = False
             await send({"type": "http.response.body", "body": b""})
         except asyncio.CancelledError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import threading
@@ -34,6 +35,7 @@ def bind(host: str, port: int) -> socket.socket:
         # Accepted connections inherit this. Without it a response written as headers and then
         # body waits out the client's delayed ACK (40 ms) between the two.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 256 * 1024)
         sock.bind((host, port))
         sock.listen(2048)
     except OSError as exc:
@@ -43,11 +45,30 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _header_timeout_protocol(timeout_s: float) -> type[HttpToolsProtocol]:
-    """uvicorn's HTTP protocol, closing a connection that does not finish its request headers
-    within ``timeout_s`` of its opening (a first request) or of the request's first byte."""
+class _Listener:
+    """A server's listening socket, for its connections to take the connections waiting."""
 
-    class HeaderTimeoutProtocol(HttpToolsProtocol):
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.open = True
+
+
+# At most this many connections are taken at once by each new one.
+_ACCEPT_BATCH = 64
+_ACCEPTING: set[asyncio.Task[Any]] = set()
+
+
+def _server_protocol(timeout_s: float, listener: _Listener | None) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP protocol, with two changes.
+
+    It closes a connection that does not finish its request headers within ``timeout_s`` of its
+    opening (a first request) or of the request's first byte. And each new connection takes the
+    connections waiting to be accepted (``listener``): libuv accepts one connection per turn of
+    the loop, so under load, when a turn takes tens of milliseconds, a burst of connections (and
+    a health check behind them) would wait seconds in the kernel's queue.
+    """
+
+    class ServerProtocol(HttpToolsProtocol):
         _header_timer: asyncio.TimerHandle | None = None
 
         def _arm(self) -> None:
@@ -62,6 +83,27 @@ def _header_timeout_protocol(timeout_s: float) -> type[HttpToolsProtocol]:
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)  # type: ignore[arg-type]
             self._arm()
+            if listener is not None and listener.open:
+                self._accept_waiting(listener)
+
+        def _accept_waiting(self, listener: _Listener) -> None:
+            loop = self.loop
+            new = functools.partial(
+                ServerProtocol,
+                config=self.config,
+                server_state=self.server_state,
+                app_state=self.app_state,
+                _loop=loop,
+            )
+            for _ in range(_ACCEPT_BATCH):
+                try:
+                    conn, _ = listener.sock.accept()
+                except OSError:  # none waiting (or the listener is gone)
+                    return
+                conn.setblocking(False)
+                task = loop.create_task(loop.connect_accepted_socket(new, conn))
+                _ACCEPTING.add(task)
+                task.add_done_callback(functools.partial(_accepted, conn))
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -84,11 +126,21 @@ def _header_timeout_protocol(timeout_s: float) -> type[HttpToolsProtocol]:
                 )
                 self.transport.close()
 
-    return HeaderTimeoutProtocol
+    return ServerProtocol
+
+
+def _accepted(conn: socket.socket, task: asyncio.Task[Any]) -> None:
+    _ACCEPTING.discard(task)
+    if task.cancelled() or task.exception() is not None:
+        conn.close()  # never handed to a transport
 
 
 def uvicorn_server(
-    app: Any, *, log_level: str = "warning", header_timeout_s: float = HEADER_READ_TIMEOUT_S
+    app: Any,
+    *,
+    log_level: str = "warning",
+    header_timeout_s: float = HEADER_READ_TIMEOUT_S,
+    listener: _Listener | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server for ``app`` on the fast loop and parser, with no headers of its own.
 
@@ -99,7 +151,7 @@ def uvicorn_server(
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        http=_header_timeout_protocol(header_timeout_s),
+        http=_server_protocol(header_timeout_s, listener),
         log_level=log_level,
         access_log=False,
         server_header=False,
@@ -139,7 +191,8 @@ async def serving(
     if sock is None:
         sock = bind(host, port)
     host, bound_port = sock.getsockname()[:2]
-    server = uvicorn_server(app, header_timeout_s=header_timeout_s)
+    listener = _Listener(sock)
+    server = uvicorn_server(app, header_timeout_s=header_timeout_s, listener=listener)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -149,6 +202,7 @@ async def serving(
             await asyncio.sleep(0.005)
         yield f"http://{host}:{bound_port}"
     finally:
+        listener.open = False
         server.should_exit = True
         await task
         sock.close()

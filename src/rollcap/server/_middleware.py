@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollcap._proxy.asgi import send_json
 from rollcap._proxy.relay import break_off_on, quiet_deliberate_breaks, upstream_broke
+from rollcap._runtime.memory import MemoryReleaser
 from rollcap.config import MAX_REQUEST_BYTES
 from rollcap.dialects import openai_error
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES, GAP_CAPTURE_OVER_LIMIT
@@ -115,6 +116,7 @@ class CaptureMiddleware:
         self.capture_max_response_bytes = capture_max_response_bytes
         # Accounting for records whose callers were cancelled while they were written.
         self._late: set[asyncio.Task[None]] = set()
+        self._releaser = MemoryReleaser()
         quiet_deliberate_breaks()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -264,8 +266,9 @@ class CaptureMiddleware:
         accounted for when it comes.
         """
         call_id = recorder.model_call_id
+        kept = recorder.kept_bytes
         try:
-            if recorder.kept_bytes <= BUILD_ON_LOOP_BYTES:
+            if kept <= BUILD_ON_LOOP_BYTES:
                 # A small record is built here, on the event loop: the GIL serialises the work
                 # with a thread either way, and a hand-off to one costs more than the build.
                 durable = writer.submit(rollout_id, recorder.record())
@@ -276,6 +279,8 @@ class CaptureMiddleware:
         except Exception as exc:
             await self._failed(writer, rollout_id, call_id, exc)
             return
+        # Once the record is written, what the call kept can go back to the system.
+        durable.add_done_callback(lambda _: self._releaser.note(kept))
         try:
             await asyncio.shield(durable)
         except asyncio.CancelledError:
