@@ -25,6 +25,10 @@ __all__ = ["bind", "serving", "serving_in_thread", "uvicorn_server"]
 
 log = logging.getLogger("rollcap.serving")
 
+# Each accepted connection's send buffer (the kernel doubles it): 256 KiB a round trip, ample
+# for model answers on a local network.
+SEND_BUFFER_BYTES = 256 * 1024
+
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket; ``OSError`` (with the address in its message) when it cannot be."""
@@ -35,7 +39,10 @@ def bind(host: str, port: int) -> socket.socket:
         # Accepted connections inherit this. Without it a response written as headers and then
         # body waits out the client's delayed ACK (40 ms) between the two.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 256 * 1024)
+        # Accepted connections inherit this too. Left to itself the kernel grows the send
+        # buffer of a client that reads nothing to megabytes, which the server fills (and, for
+        # a captured stream, records) before the silence stops it; a fixed one bounds that.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         sock.bind((host, port))
         sock.listen(2048)
     except OSError as exc:
