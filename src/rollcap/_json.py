@@ -12,7 +12,7 @@ loop's included, until it is done; between two slices another thread can run. Th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -26,6 +26,7 @@ __all__ = [
     "json_type_name",
     "load_json_object",
     "text_in_slices",
+    "text_slices",
 ]
 
 # One slice: about a millisecond of encoding or decoding.
@@ -147,14 +148,19 @@ def _encode(value: Any, out: list[bytes], slice_chars: int, depth: int) -> None:
 
 def text_in_slices(raw: bytes | bytearray, *, slice_bytes: int = SLICE_CHARS) -> orjson.Fragment:
     """``raw`` decoded as UTF-8 (invalid bytes replaced, as ``decode(errors="replace")`` does)
-    and encoded as one JSON string, a slice at a time.
+    and encoded as one JSON string, a slice at a time (see ``text_slices``)."""
+    return orjson.Fragment(b"".join(text_slices(raw, slice_bytes=slice_bytes)))
+
+
+def text_slices(raw: bytes | bytearray, *, slice_bytes: int = SLICE_CHARS) -> Iterator[bytes]:
+    """The pieces of ``text_in_slices``'s JSON string, quotes included, one slice at a time.
 
     A slice ends before a character's first byte, never inside a character, so the text is the
     one decoding ``raw`` whole gives.
     """
     view = memoryview(raw)
     step = max(slice_bytes, 4)  # longer than a character: a slice is never empty
-    out = [b'"']
+    yield b'"'
     pos, size = 0, len(raw)
     while pos < size:
         end = min(pos + step, size)
@@ -164,7 +170,7 @@ def text_in_slices(raw: bytes | bytearray, *, slice_bytes: int = SLICE_CHARS) ->
                 back += 1
             if raw[end - back] & 0xC0 != 0x80:
                 end -= back  # else a run of stray continuation bytes, each replaced on its own
-        out.append(orjson.dumps(str(view[pos:end], "utf-8", "replace"))[1:-1])
+        yield orjson.dumps(str(view[pos:end], "utf-8", "replace"))[1:-1]
         pos = end
-    out.append(b'"')
-    return orjson.Fragment(b"".join(out))
+    view.release()
+    yield b'"'

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from rollcap._json import encode_in_slices, text_in_slices
+from rollcap._json import encode_in_slices, text_in_slices, text_slices
 from rollcap.dialects import StreamOutcome, StreamReassembler, get_dialect
 from rollcap.records import (
     CAPTURE_MAX_RESPONSE_BYTES,
@@ -296,15 +296,20 @@ class CallRecorder:
                 fragments["request_raw"] = text_in_slices(body)
         response: dict[str, Any] | None = None
         if self._streaming:
-            fragments["response_raw"] = text_in_slices(self._raw)
+            # Handed over, so that it is let go as soon as its text is encoded.
+            stream, self._raw = self._raw, bytearray()
+            pieces = list(text_slices(stream))
+            del stream
+            fragments["response_raw"] = orjson.Fragment(b"".join(pieces))
+            del pieces
         elif self._body_bytes or self.status_code is not None:
-            raw = b"".join(self._parts)
+            answer = b"".join(self._parts)
             if self._body_bytes <= self._limit:
-                response = _object_or_none(raw)
+                response = _object_or_none(answer)
                 if response is not None:
-                    fragments["response"] = _object_fragment(raw, response)
+                    fragments["response"] = _object_fragment(answer, response)
                 else:
-                    fragments["response_raw"] = text_in_slices(raw)
+                    fragments["response_raw"] = text_in_slices(answer)
         self._raw, self._parts = bytearray(), []
         # The record's own fields, with placeholders where a fragment goes, so that each key
         # keeps its place; then the fragments go in.
@@ -314,8 +319,11 @@ class CallRecorder:
             response,
             "" if "response_raw" in fragments else None,
         ).to_json()
-        if self._streaming and out["response"] is not None:
-            out["response"] = encode_in_slices(out["response"])
+        self._reassembler = None  # its pieces: the response holds them joined now
+        rebuilt, out["response"] = out["response"], None
+        if self._streaming and rebuilt is not None:
+            fragments["response"] = encode_in_slices(rebuilt)
+        del rebuilt
         out.update(fragments)
         return out
 
