@@ -57,9 +57,9 @@ DIALECT_ROUTES = {
 RECORDER_KEY = "rollcap.recorder"
 BODY_KEY = "rollcap.body"
 CALL_ID_HEADER = b"x-rollcap-model-call-id"
-# A record that keeps up to this many bytes is built on the event loop, where it is cheapest
-# (about a millisecond at this size); a bigger one is built in a thread, in slices.
-BUILD_ON_LOOP_BYTES = 1024 * 1024
+# A record built from up to this many bytes is built on the event loop, where it is cheapest (a
+# stream of a few hundred events); a bigger one in a builder thread, in slices, two at a time.
+BUILD_ON_LOOP_BYTES = 64 * 1024
 
 # What a send to a client that went away raises, depending on the server and the response class.
 _CLIENT_GONE = (asyncio.CancelledError, OSError, ClientDisconnect)
@@ -272,6 +272,7 @@ class CaptureMiddleware:
                 # A small record is built here, on the event loop: the GIL serialises the work
                 # with a thread either way, and a hand-off to one costs more than the build.
                 durable = writer.submit(rollout_id, recorder.record())
+                recorder.release()
             else:
                 # A big one would stop the loop for as long as it takes: it is built in a
                 # thread, a slice at a time, so the loop runs between slices.

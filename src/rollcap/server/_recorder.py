@@ -310,7 +310,6 @@ class CallRecorder:
                     fragments["response"] = _object_fragment(answer, response)
                 else:
                     fragments["response_raw"] = text_in_slices(answer)
-        self._raw, self._parts = bytearray(), []
         # The record's own fields, with placeholders where a fragment goes, so that each key
         # keeps its place; then the fragments go in.
         out = self._build(
@@ -319,13 +318,18 @@ class CallRecorder:
             response,
             "" if "response_raw" in fragments else None,
         ).to_json()
-        self._reassembler = None  # its pieces: the response holds them joined now
+        self.release()  # the reassembler's pieces: the response holds them joined now
         rebuilt, out["response"] = out["response"], None
         if self._streaming and rebuilt is not None:
             fragments["response"] = encode_in_slices(rebuilt)
         del rebuilt
         out.update(fragments)
         return out
+
+    def release(self) -> None:
+        """Let go of what the call kept (its raw response, its reassembly), once its record
+        is built: a call can outlive its record's building by the time it takes to write it."""
+        self._raw, self._parts, self._reassembler = bytearray(), [], None
 
     def _answer(self) -> tuple[dict[str, Any] | None, str | None]:
         """A non-streamed answer's object, or its text when it is not one; nothing when there

@@ -6,8 +6,9 @@ on that. The records of calls that finish while a batch is being written queue u
 few overlapping lanes (``CaptureStore.append_many``), and wakes each waiting loop once per
 batch: under load, far fewer thread hand-offs and syncs than one append per record.
 
-A record too big to build on the event loop (``submit_built``) is built and appended by one of
-two builder threads instead, so the batches of small records never wait behind it.
+A record too big to build on the event loop (``submit_built``) is built by one of two builder
+threads, then joins the batches. Two at a time, whatever the number of calls that end at once:
+the calls hold what their records are built from anyway, and only two builds' worth more.
 """
 
 from __future__ import annotations
@@ -51,19 +52,25 @@ class RecordWriter:
     def submit_built(
         self, rollout_id: str, build: Callable[[], RawRecord | Mapping[str, Any]]
     ) -> asyncio.Future[None]:
-        """As ``submit``, for a record that ``build`` makes in a builder thread, then appends.
+        """As ``submit``, for a record that ``build`` makes in a builder thread.
 
         The record is built and written whether or not anyone still waits on the future.
         """
         if self._builders is None:
             self._builders = ThreadPoolExecutor(2, thread_name_prefix="rollcap-record-builder")
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self._builders, self._build_and_append, rollout_id, build)
+        durable: asyncio.Future[None] = loop.create_future()
 
-    def _build_and_append(
-        self, rollout_id: str, build: Callable[[], RawRecord | Mapping[str, Any]]
-    ) -> None:
-        self.store.append(rollout_id, build())
+        def built(future: asyncio.Future[RawRecord | Mapping[str, Any]]) -> None:
+            try:
+                written = self._thread.enqueue((rollout_id, future.result()))
+            except BaseException as exc:  # the build failed, or the writer is closing
+                _settle(durable, exc)
+                return
+            written.add_done_callback(lambda done: _settle(durable, done.exception()))
+
+        loop.run_in_executor(self._builders, build).add_done_callback(built)
+        return durable
 
     def close(self) -> None:
         """Write what is queued, then stop the threads; a later ``append`` starts a new one."""
@@ -71,3 +78,12 @@ class RecordWriter:
         if builders is not None:
             builders.shutdown(wait=True)
         self._thread.close()
+
+
+def _settle(durable: asyncio.Future[None], exc: BaseException | None) -> None:
+    if durable.done():
+        return
+    if exc is None:
+        durable.set_result(None)
+    else:
+        durable.set_exception(exc)
