@@ -21,7 +21,15 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from rollcap.config import HEADER_READ_TIMEOUT_S
 
-__all__ = ["bind", "serving", "serving_in_thread", "uvicorn_server"]
+__all__ = [
+    "LINGER_BYTES",
+    "LINGER_S",
+    "SEND_BUFFER_BYTES",
+    "bind",
+    "serving",
+    "serving_in_thread",
+    "uvicorn_server",
+]
 
 log = logging.getLogger("rollcap.serving")
 
@@ -62,6 +70,11 @@ class _Listener:
 
 # At most this many connections are taken at once by each new one.
 _ACCEPT_BATCH = 64
+# After an answer given before the request's body was whole (a 413), up to this much more of the
+# body is read and dropped, for up to LINGER_S, so that a client still sending can read the
+# answer; then the connection is closed (unless the body ended meanwhile).
+LINGER_BYTES = 256 * 1024
+LINGER_S = 2.0
 _ACCEPTING: set[asyncio.Task[Any]] = set()
 
 
@@ -69,14 +82,49 @@ def _server_protocol(timeout_s: float, listener: _Listener | None) -> type[HttpT
     """uvicorn's HTTP protocol, with two changes.
 
     It closes a connection that does not finish its request headers within ``timeout_s`` of its
-    opening (a first request) or of the request's first byte. And each new connection takes the
+    opening (a first request) or of the request's first byte. Each new connection takes the
     connections waiting to be accepted (``listener``): libuv accepts one connection per turn of
     the loop, so under load, when a turn takes tens of milliseconds, a burst of connections (and
-    a health check behind them) would wait seconds in the kernel's queue.
+    a health check behind them) would wait seconds in the kernel's queue. And once an answer
+    has gone before its request's body was whole, uvicorn would read the rest of the body to
+    drop it, however long: it drops ``LINGER_BYTES`` more at most, for ``LINGER_S`` at most,
+    then closes the connection.
     """
 
     class ServerProtocol(HttpToolsProtocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _linger: asyncio.TimerHandle | None = None
+        _dropped = 0
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle.more_body and not self.transport.is_closing():
+                self._linger = self.loop.call_later(LINGER_S, self._stop_lingering)
+
+        def on_body(self, body: bytes) -> None:
+            cycle = self.cycle
+            if cycle is not None and cycle.response_complete:
+                self._dropped += len(body)
+                if self._dropped > LINGER_BYTES:
+                    self._stop_lingering()
+                return
+            super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            self._end_linger()
+            super().on_message_complete()
+
+        def _end_linger(self) -> None:
+            self._dropped = 0
+            if self._linger is not None:
+                self._linger.cancel()
+                self._linger = None
+
+        def _stop_lingering(self) -> None:
+            self._end_linger()
+            if not self.transport.is_closing():
+                self.transport.close()
 
         def _arm(self) -> None:
             if self._header_timer is None:
@@ -122,6 +170,7 @@ def _server_protocol(timeout_s: float, listener: _Listener | None) -> type[HttpT
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._end_linger()
             super().connection_lost(exc)
 
         def _headers_too_slow(self) -> None:

@@ -230,8 +230,9 @@ class CaptureMiddleware:
                 return body
 
     async def _refuse(self, send: Send, dialect: str | None) -> None:
-        """413 in the client's dialect; the connection closes after it (the rest of the body
-        is never read)."""
+        """413 in the client's dialect, at once: the server drops a little more of the body,
+        so that a client still sending can read it, then closes the connection
+        (``rollcap._runtime.serving``); the rest of the body is never read."""
         message = f"the request body is longer than max_request_bytes ({self.max_request_bytes})"
         kind = "request_too_large" if dialect == "messages" else "invalid_request_error"
         body = error_body(dialect, kind, message)
@@ -242,7 +243,6 @@ class CaptureMiddleware:
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", b"%d" % len(body)),
-                    (b"connection", b"close"),
                 ],
             }
         )
