@@ -254,6 +254,11 @@ class SSEDecoder:
         return events
 
     @property
+    def held(self) -> int:
+        """Bytes of an unfinished line held (at most ``max_line``)."""
+        return self._held
+
+    @property
     def has_pending(self) -> bool:
         """True when bytes or fields of an unfinished event are held."""
         return bool(self._pieces) or self._has_data or self._event is not None

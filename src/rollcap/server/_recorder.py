@@ -195,9 +195,11 @@ class CallRecorder:
 
     @property
     def kept_bytes(self) -> int:
-        """About how many bytes the call's record is built from: the request, the raw response
-        and the reassembled one (what building and encoding the record costs grows with it)."""
+        """About how many bytes the call's record is built from: the request, the raw response,
+        the reassembled one and a line still held (what building the record costs grows with
+        it)."""
         reassembled = 0 if self._reassembler is None else self._reassembler.size
+        reassembled += self._decoder.held
         kept = len(self._raw) if self._streaming else min(self._body_bytes, self._limit)
         request = 0 if self._request_body is None else len(self._request_body)
         return request + kept + reassembled
@@ -252,15 +254,20 @@ class CallRecorder:
             raise RuntimeError(f"model call {self.model_call_id} already recorded")
         self._finished = True
         self._end = end
-        if self._reassembler is not None:
-            # A capture keeps what arrived, an event cut off by the end included.
-            for event in self._decoder.flush(dispatch_unterminated=True):
-                if self._reassembled_upto is None or (
-                    not self._terminal_seen and self._dialect.is_terminal_event(event)
-                ):
-                    self._reassembler.feed(event)
         if failure is not None and self._failure is None:
             self._failure = failure
+
+    def _flush(self) -> None:
+        """Feed what the decoder still holds: a capture keeps what arrived, an event cut off
+        by the end included. Part of building the record (it may be a long line's worth of
+        work), so it runs wherever the record is built; once."""
+        if self._reassembler is None:
+            return
+        for event in self._decoder.flush(dispatch_unterminated=True):
+            if self._reassembled_upto is None or (
+                not self._terminal_seen and self._dialect.is_terminal_event(event)
+            ):
+                self._reassembler.feed(event)
 
     def record(self) -> RawRecord:
         """Build the finished call's record (the answer is parsed or its reassembly finished).
@@ -349,6 +356,7 @@ class CallRecorder:
     ) -> RawRecord:
         if self._end is None:
             raise RuntimeError(f"model call {self.model_call_id} is not finished")
+        self._flush()
         end = self._end
         failure = self._failure
         flags: dict[str, bool] = {}
