@@ -66,10 +66,15 @@ class _Listener:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.open = True
+        self.taken = 0  # this turn of the loop
+
+    def new_turn(self) -> None:
+        self.taken = 0
 
 
-# At most this many connections are taken at once by each new one.
-_ACCEPT_BATCH = 64
+# At most this many connections are taken per turn of the loop: a burst is let in over a few
+# turns, so that no turn starts hundreds of requests at once.
+_ACCEPT_PER_TURN = 16
 # After an answer given before the request's body was whole (a 413), up to this much more of the
 # body is read and dropped, for up to LINGER_S, so that a client still sending can read the
 # answer; then the connection is closed (unless the body ended meanwhile).
@@ -150,11 +155,14 @@ def _server_protocol(timeout_s: float, listener: _Listener | None) -> type[HttpT
                 app_state=self.app_state,
                 _loop=loop,
             )
-            for _ in range(_ACCEPT_BATCH):
+            if listener.taken == 0:
+                loop.call_soon(listener.new_turn)
+            while listener.taken < _ACCEPT_PER_TURN:
                 try:
                     conn, _ = listener.sock.accept()
                 except OSError:  # none waiting (or the listener is gone)
                     return
+                listener.taken += 1
                 conn.setblocking(False)
                 task = loop.create_task(loop.connect_accepted_socket(new, conn))
                 _ACCEPTING.add(task)
