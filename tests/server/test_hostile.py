@@ -242,11 +242,14 @@ def test_unread_streams_on_an_endless_upstream_cost_a_bounded_amount() -> None:
 def test_a_runaway_stream_costs_its_bound_and_its_record_lands_when_the_client_leaves() -> None:
     """A client reads an endless stream as fast as it comes, then leaves.
 
-    Peak memory grows by at most ``8 * C + 64 MiB`` with ``C`` = ``capture_max_response_bytes``:
-    ``2 * C`` while streaming (the raw text and the answer, each cut at ``C``), up to about
-    ``4 * C`` more while the record is built and written (its encoded texts and its line),
-    the allocator's slack, the process itself. The record, with the truncation gaps, lands
-    promptly after the client leaves, and the upstream connection is closed at once.
+    Peak memory grows by at most ``10 * C + 64 MiB`` with ``C`` = ``capture_max_response_bytes``:
+    ``2 * C`` while streaming (the raw text and the answer, each cut at ``C``); building and
+    writing the record adds up to about ``7 * C`` for a moment (the raw text decoded and encoded,
+    the answer joined and encoded, the line: freed as it goes, but the allocator keeps what it
+    freed until the burst is over); the rest is the connections' buffers and the process itself
+    (measured: ``9 * C`` in all at 64 MiB, ``bench/hostile.py``). The record, with the
+    truncation gaps, lands promptly after the client leaves, and the upstream connection is
+    closed at once.
     """
     cap = 4 * MIB
     headers = {"x-fake-scenario": "endless", "x-fake-content-bytes": "16384"}
@@ -264,7 +267,7 @@ def test_a_runaway_stream_costs_its_bound_and_its_record_lands_when_the_client_l
         grown = _status(server.pid, "VmHWM") - idle
         (record,) = server.store.read("runaway")
     assert received > 4 * cap  # it ran away: past the bound several times over
-    assert grown < 8 * cap / MIB + 64, f"grew {grown:.0f} MiB"
+    assert grown < 10 * cap / MIB + 64, f"grew {grown:.0f} MiB"
     assert max(probe.latencies) < 1.0
     assert landed < 10
     assert record["error_category"] == "cancelled"
