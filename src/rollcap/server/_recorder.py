@@ -213,7 +213,8 @@ class CallRecorder:
         """
         if not chunk or self._synthetic:
             return False
-        self._body_bytes += len(chunk)
+        size = len(chunk)
+        self._body_bytes += size
         reassembler = self._reassembler
         if reassembler is None:  # not streamed: the chunks are the client's, held anyway
             if self._body_bytes <= self._limit:
@@ -222,26 +223,40 @@ class CallRecorder:
                 self._parts = []
             return False
         if not self._raw_cut:
-            room = self._limit - len(self._raw)
-            if len(chunk) <= room:
-                self._raw += chunk
+            raw = self._raw
+            room = self._limit - len(raw)
+            if size <= room:
+                raw += chunk
             else:
-                self._raw += chunk[:room]
+                raw += chunk[:room]
                 self._raw_cut = True
         events = self._decoder.feed(chunk)
         if not events:
             return False
+        # Every event is reassembled (and the first terminal one noted) while the answer is
+        # under the bound; past it, only the terminal event still counts. Every captured
+        # stream goes through here on the event loop, event by event: keep it cheap.
         terminal = False
-        is_terminal = self._dialect.is_terminal_event
-        reassembling = self._reassembled_upto is None
-        for event in events:
-            if not self._terminal_seen and is_terminal(event):
-                self._terminal_seen = terminal = True
-                reassembler.feed(event)  # over the limit or not: the outcome rests on it
-            elif reassembling:
-                reassembler.feed(event)
-        if reassembling and reassembler.size > self._limit:
-            self._reassembled_upto = self._body_bytes
+        if self._reassembled_upto is None:
+            feed = reassembler.feed
+            if self._terminal_seen:
+                for event in events:
+                    feed(event)
+            else:
+                is_terminal = self._dialect.is_terminal_event
+                for event in events:
+                    if not terminal and is_terminal(event):
+                        terminal = self._terminal_seen = True
+                    feed(event)
+            if reassembler.size > self._limit:
+                self._reassembled_upto = self._body_bytes
+        elif not self._terminal_seen:
+            is_terminal = self._dialect.is_terminal_event
+            for event in events:
+                if is_terminal(event):
+                    terminal = self._terminal_seen = True
+                    reassembler.feed(event)  # the outcome rests on it
+                    break
         return terminal
 
     @property
