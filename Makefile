@@ -53,6 +53,7 @@ demo: $(DEMO_STAMP)
 bench: $(STAMP) browser
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/proxy.py
+	$(BIN)/python bench/hostile.py
 	$(BIN)/python bench/collect.py
 	$(BIN)/python bench/staging.py
 	$(BIN)/python bench/local.py

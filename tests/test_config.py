@@ -123,3 +123,30 @@ def test_token_capture_settings_are_validated_and_the_ledger_defaults_to_the_cap
     )
     assert moved.token_ledger_dir == tmp_path / "l"
     assert RunSettings.from_config({}).external_staging is False
+
+
+def test_the_bounds_have_their_defaults_and_take_overrides() -> None:
+    settings = RunSettings.from_config(load_config(env_file=None))
+    assert settings.max_request_bytes == 100 * 1024 * 1024
+    assert settings.capture_max_response_bytes == 64 * 1024 * 1024
+    assert settings.header_read_timeout_s == 30.0
+    overrides = ["max_request_bytes=1024", "capture_max_response_bytes=2048"]
+    overrides.append("header_read_timeout_s=2.5")
+    settings = RunSettings.from_config(load_config(overrides=overrides, env_file=None))
+    assert (settings.max_request_bytes, settings.capture_max_response_bytes) == (1024, 2048)
+    assert settings.header_read_timeout_s == 2.5
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("max_request_bytes=0", "max_request_bytes must be a positive whole number of bytes"),
+        ("max_request_bytes=1.5", "max_request_bytes must be a positive whole number"),
+        ("capture_max_response_bytes=true", "capture_max_response_bytes must be a positive"),
+        ("header_read_timeout_s=0", "header_read_timeout_s must be a positive number"),
+        ("header_read_timeout_s=soon", "header_read_timeout_s must be a positive number"),
+    ],
+)
+def test_a_bad_bound_is_a_one_line_error_naming_it(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        RunSettings.from_config(load_config(overrides=[override], env_file=None))

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rollcap import sse
 from rollcap.sse import SSEDecoder, SSEEvent, encode_event, is_event_stream
 
 
@@ -195,3 +198,95 @@ def test_is_event_stream_reads_the_media_type_in_any_case(
     content_type: str | None, expected: bool
 ) -> None:
     assert is_event_stream(content_type) is expected
+
+
+# --- linear in the bytes fed, bounded by max_line ---------------------------------------------
+
+
+def test_a_long_line_is_held_once_and_joined_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A line that keeps coming must not be recopied with every chunk (quadratic in its length):
+    # its pieces are held as they came and put together once, when its end arrives. The spy
+    # counts what is put together; tracemalloc shows nothing held twice meanwhile.
+    joined: list[int] = []
+    real = sse._joined
+
+    def spy(pieces: list[bytes]) -> bytes:
+        out = real(pieces)
+        joined.append(len(out))
+        return out
+
+    monkeypatch.setattr(sse, "_joined", spy)
+    piece = b"x" * 4096
+    chunks = 2048  # an 8 MiB line
+    decoder = SSEDecoder()
+    tracemalloc.start()
+    try:
+        decoder.feed(b"data: ")
+        for _ in range(chunks):
+            assert decoder.feed(piece) == []
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    line = len(piece) * chunks
+    assert joined == []  # nothing put together while the line is unfinished
+    assert held < 1.2 * line
+    assert peak < 1.3 * line
+    [event] = decoder.feed(b"\n\n")
+    assert len(event.data) == line
+    assert joined == [len(b"data: ") + line + len(b"\n\n")]  # once, when it ended
+
+
+def test_the_join_spy_sees_a_line_put_together_more_than_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A control for the test above: what a recopying decoder does (the line so far put
+    # together again with each chunk) shows in the spy as far more bytes than the line.
+    joined: list[int] = []
+    real = sse._joined
+
+    def spy(pieces: list[bytes]) -> bytes:
+        joined.append(sum(map(len, pieces)))
+        return real(pieces)
+
+    monkeypatch.setattr(sse, "_joined", spy)
+    line = b"data: " + b"x" * 4096
+    decoder = SSEDecoder()
+    for start in range(0, len(line), 1024):
+        decoder.feed(line[start : start + 1024])
+    decoder.feed(b"\n\n")
+    assert sum(joined) == len(line) + 2  # the decoder: once
+    joined.clear()
+    for end in range(1024, len(line) + 1, 1024):  # the line so far, again and again
+        recopying = SSEDecoder()
+        recopying.feed(line[:end])
+        recopying.feed(b"\n")
+    assert sum(joined) > 2 * len(line)
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
+def test_a_line_past_max_line_is_dropped_whole_and_the_rest_decodes(eol: bytes) -> None:
+    decoder = SSEDecoder(max_line=100)
+    events = decoder.feed(b"data: first" + eol + eol + b"data: ")
+    for _ in range(10):
+        events += decoder.feed(b"y" * 30)  # 300 bytes: past the bound
+    events += decoder.feed(eol + b"data: after" + eol + eol)
+    events += decoder.flush()
+    assert [e.data for e in events] == ["first", "after"]
+    assert decoder.dropped_lines == 1
+
+
+def test_max_line_keeps_lines_within_it_and_whole_chunks_of_any_length() -> None:
+    long_in_one_chunk = b"data: " + b"z" * 500 + b"\n\n"
+    chunks = [b"data: ab", b"cd\n\n", long_in_one_chunk]
+    bounded = SSEDecoder(max_line=100)
+    events = [e for c in chunks for e in bounded.feed(c)] + bounded.flush()
+    assert events == decode(*chunks)
+    assert bounded.dropped_lines == 0
+
+
+def test_a_dropped_line_ending_in_cr_at_a_chunk_end_keeps_crlf_as_one_line_end() -> None:
+    decoder = SSEDecoder(max_line=10)
+    events = decoder.feed(b"data: " + b"q" * 20)
+    events += decoder.feed(b"q\r")
+    events += decoder.feed(b"\ndata: next\r\n\r\n")
+    assert [e.data for e in events] == ["next"]

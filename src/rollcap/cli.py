@@ -300,6 +300,8 @@ def _serve_model(args: argparse.Namespace) -> int:
             pass_client_credentials=settings.pass_client_credentials,
             external_staging=settings.external_staging,
             ledger_dir=settings.token_ledger_dir,
+            max_request_bytes=settings.max_request_bytes,
+            capture_max_response_bytes=settings.capture_max_response_bytes,
         )
     )
     sock = bind(args.host, args.port)
@@ -309,7 +311,8 @@ def _serve_model(args: argparse.Namespace) -> int:
     )
 
     async def run() -> None:
-        async with serving(app, sock=sock) as url:
+        timeout = settings.header_read_timeout_s
+        async with serving(app, sock=sock, header_timeout_s=timeout) as url:
             print(f"rollcap model server policy_model ({args.model_type}) on {url}"
                   f" -> {upstream}; capture: {capture}", flush=True)  # fmt: skip
             _freeze_startup()

@@ -20,15 +20,24 @@ from typing import Any
 
 import yaml
 
+from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
+
 __all__ = [
     "CREDENTIAL_KEYS",
     "DEFAULTS",
+    "HEADER_READ_TIMEOUT_S",
+    "MAX_REQUEST_BYTES",
     "ConfigError",
     "RunSettings",
     "apply_override",
     "load_config",
     "redact",
 ]
+
+# A model server answers a longer request body 413.
+MAX_REQUEST_BYTES = 100 * 1024 * 1024
+# A server closes a connection that takes longer over its request headers.
+HEADER_READ_TIMEOUT_S = 30.0
 
 DEFAULTS: dict[str, Any] = {
     "observability_enabled": False,
@@ -41,6 +50,10 @@ DEFAULTS: dict[str, Any] = {
     # RL token staging: the model server asks a capture worker for token ids (rollcap.staging).
     # ``ledger_dir`` (absolute; default model_call_capture_dir) keeps one token-free line per call.
     "token_id_capture": {"external_staging": False, "ledger_dir": None},
+    # Bounds on what one call may cost a model server (see the README's configuration table).
+    "max_request_bytes": MAX_REQUEST_BYTES,
+    "capture_max_response_bytes": CAPTURE_MAX_RESPONSE_BYTES,
+    "header_read_timeout_s": HEADER_READ_TIMEOUT_S,
 }
 # Keys whose values are secrets wherever they appear in the tree.
 CREDENTIAL_KEYS = frozenset({"policy_api_key", "api_key", "apikey", "token", "password", "secret"})
@@ -164,6 +177,9 @@ class RunSettings:
     pass_client_credentials: bool = False
     external_staging: bool = False
     token_ledger_dir: Path | None = None
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES
+    header_read_timeout_s: float = HEADER_READ_TIMEOUT_S
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -195,7 +211,15 @@ class RunSettings:
         if not isinstance(passthrough, bool):
             raise ConfigError(f"pass_client_credentials must be true or false, got {passthrough!r}")
         external_staging, ledger_dir = _token_capture(config.get("token_id_capture"), capture_dir)
+        timeout = config.get("header_read_timeout_s", HEADER_READ_TIMEOUT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ConfigError(f"header_read_timeout_s must be a positive number, got {timeout!r}")
         return cls(
+            max_request_bytes=_byte_count(config, "max_request_bytes", MAX_REQUEST_BYTES),
+            capture_max_response_bytes=_byte_count(
+                config, "capture_max_response_bytes", CAPTURE_MAX_RESPONSE_BYTES
+            ),
+            header_read_timeout_s=float(timeout),
             external_staging=external_staging,
             token_ledger_dir=ledger_dir,
             pass_client_credentials=passthrough,
@@ -210,6 +234,13 @@ class RunSettings:
     def capture_dir(self) -> Path | None:
         """Where to capture, or None when capture is off."""
         return self.model_call_capture_dir if self.observability_enabled else None
+
+
+def _byte_count(config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key} must be a positive whole number of bytes, got {value!r}")
+    return value
 
 
 def _absolute_dir(key: str, raw: object) -> Path:

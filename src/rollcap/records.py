@@ -18,6 +18,8 @@ from rollcap.dialects import DIALECT_NAMES, Normalized, get_dialect
 
 __all__ = [
     "CAPTURE_GAP_CODES",
+    "CAPTURE_MAX_RESPONSE_BYTES",
+    "GAP_CAPTURE_OVER_LIMIT",
     "GAP_INCOMPLETE",
     "GAP_NO_RECORDS",
     "GAP_RECORDS_UNREADABLE",
@@ -43,6 +45,11 @@ GAP_INCOMPLETE = "model_call_capture_incomplete"
 GAP_UNREADABLE = "model_call_capture_unreadable"
 GAP_TRAJECTORY_PROJECTION_FAILED = "trajectory_projection_failed"
 GAP_TOKEN_CAPTURE_FAILED = "token_capture_failed"
+# A record that keeps less than the call exchanged because it passed a configured bound
+# (``capture_max_response_bytes``, ``max_request_bytes``); the detail says what was left out.
+GAP_CAPTURE_OVER_LIMIT = "model_call_capture_over_limit"
+# The default of ``capture_max_response_bytes``: the most of one response a record keeps.
+CAPTURE_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 CAPTURE_GAP_CODES = (GAP_NO_RECORDS, GAP_RECORDS_UNREADABLE, GAP_INCOMPLETE, GAP_UNREADABLE)
 
 

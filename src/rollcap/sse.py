@@ -33,28 +33,57 @@ class SSEEvent(NamedTuple):
 _new_event = tuple.__new__
 
 
+def _joined(pieces: list[bytes]) -> bytes:
+    """The one place a line's pieces are put together (once per line)."""
+    return b"".join(pieces)
+
+
+def _line_length(chunk: bytes) -> int:
+    """Bytes before the first CR or LF of ``chunk`` (which has one)."""
+    cr = chunk.find(b"\r")
+    lf = chunk.find(b"\n")
+    return lf if cr == -1 else cr if lf == -1 else min(cr, lf)
+
+
 class SSEDecoder:
     """``feed(chunk) -> events``; ``flush() -> events`` at end of stream.
 
     An event still pending when the stream ends without its blank line is *not* dispatched by
     ``flush`` unless ``dispatch_unterminated`` is true: per the standard it is incomplete, but a
     capture wants to see what arrived, so callers choose.
+
+    Linear in the bytes fed, however long a line: the bytes of a line still coming are kept in
+    the pieces they came in and joined once, when its end arrives, and a chunk is searched only
+    for its own line ends. ``max_line``: a line still unfinished at the end of a chunk is held up
+    to that many bytes; one that grows past it is dropped whole, its line end with it (its bytes
+    are let go as they come; ``dropped_lines`` counts such lines), so what the decoder holds
+    stays bounded whatever a stream sends.
     """
 
     __slots__ = (
-        "_buffer",
         "_data",
         "_event",
         "_has_data",
+        "_held",
         "_id",
         "_last_id",
+        "_max_line",
         "_pending_cr",
+        "_pieces",
         "_retry",
+        "_skipping",
         "_started",
+        "dropped_lines",
     )
 
-    def __init__(self) -> None:
-        self._buffer = bytearray()
+    def __init__(self, *, max_line: int | None = None) -> None:
+        # The unfinished last line, in the pieces it came in (never a whole line: those are
+        # parsed as soon as their end arrives).
+        self._pieces: list[bytes] = []
+        self._held = 0
+        self._max_line = max_line
+        self._skipping = False  # inside a line past ``max_line``: dropped up to its end
+        self.dropped_lines = 0
         self._pending_cr = False
         self._started = False
         self._data: list[str] = []
@@ -68,28 +97,53 @@ class SSEDecoder:
         events: list[SSEEvent] = []
         if not chunk:
             return events
+        if self._pending_cr:
+            # The previous chunk ended in CR; an LF right here belongs to that line end.
+            self._pending_cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+                if not chunk:
+                    return events
+        if b"\n" not in chunk and b"\r" not in chunk:
+            # The unfinished line grows; nothing else is looked at.
+            self._hold(chunk)
+            return events
+        if self._skipping or (
+            self._pieces
+            and self._max_line is not None
+            and self._held + _line_length(chunk) > self._max_line
+        ):
+            # The line too long to keep ends in this chunk: it goes, its line end with it.
+            if not self._skipping:
+                self.dropped_lines += 1
+            self._skipping = False
+            self._pieces = []
+            self._held = 0
+            return self.feed(self._after_first_line(chunk))
+        if self._pieces:
+            data = _joined([*self._pieces, chunk])
+            self._pieces = []
+            self._held = 0
+        else:
+            data = chunk
         if (
-            not self._pending_cr
-            and not self._has_data
+            not self._has_data
             and self._event is None
             and self._id is None
             and self._retry is None
-            and b"\r" not in chunk
+            and b"\r" not in data
         ):
-            # No field of an event is pending, only bytes not parsed yet: whole events, as
-            # servers send them, are cut at their blank lines, and each plain one (``data: X``,
-            # or ``event: N`` then ``data: X``) is made in one step. The line-by-line path
-            # takes over from the first event of another shape. The bytes of an event still
-            # coming wait unparsed in the buffer for the next chunk. Every captured stream is
-            # decoded on the event loop: this path keeps it cheap.
-            data = bytes(self._buffer) + chunk if self._buffer else chunk
-            if not self._started and len(data) >= len(_BOM_BYTES) and b"\r" not in data:
+            # No field of an event is pending: whole events, as servers send them, are cut at
+            # their blank lines, and each plain one (``data: X``, or ``event: N`` then
+            # ``data: X``) is made in one step. The line-by-line path takes over from the first
+            # event of another shape, and for what follows the last blank line. Every captured
+            # stream is decoded on the event loop: this path keeps it cheap.
+            if not self._started and len(data) >= len(_BOM_BYTES):
                 # The stream's first bytes: a byte order mark there is dropped, once.
                 self._started = True
                 if data.startswith(_BOM_BYTES):
                     data = data[len(_BOM_BYTES) :]
-            if self._started and b"\r" not in data:
-                self._buffer.clear()
+            if self._started:
                 blocks = data.split(b"\n\n")
                 tail = blocks.pop()  # after the last blank line
                 for i, block in enumerate(blocks):
@@ -98,10 +152,35 @@ class SSEDecoder:
                         self._lines(b"\n\n".join(blocks[i:]) + b"\n\n" + tail, events)
                         return events
                     events.append(event)
-                self._buffer += tail
+                if tail:
+                    self._lines(tail, events)
                 return events
-        self._lines(chunk, events)
+        self._lines(data, events)
         return events
+
+    def _hold(self, piece: bytes) -> None:
+        """Keep a piece of the unfinished line, unless the line is too long to keep."""
+        if self._skipping:
+            return
+        self._held += len(piece)
+        if self._max_line is not None and self._held > self._max_line:
+            self._pieces = []
+            self._held = 0
+            self._skipping = True
+            self.dropped_lines += 1
+            return
+        self._pieces.append(piece)
+
+    def _after_first_line(self, chunk: bytes) -> bytes:
+        """What follows the first line end of ``chunk`` (which has one)."""
+        cr = chunk.find(b"\r")
+        lf = chunk.find(b"\n")
+        if cr == -1 or (lf != -1 and lf < cr):
+            return chunk[lf + 1 :]
+        if cr == len(chunk) - 1:
+            self._pending_cr = True
+            return b""
+        return chunk[cr + 2 :] if chunk[cr + 1] == 0x0A else chunk[cr + 1 :]
 
     def _plain_event(self, block: bytes) -> SSEEvent | None:
         """The event of ``data: X`` or ``event: N`` + ``data: X``, blank line cut off; else None."""
@@ -117,30 +196,29 @@ class SSEDecoder:
         data = block[6:].decode("utf-8", errors="replace")
         return _new_event(SSEEvent, (data, name, self._last_id, None))
 
-    def _lines(self, chunk: bytes, events: list[SSEEvent]) -> None:
-        """Parse every whole line of buffer + chunk; a last, unfinished line stays buffered."""
-        buf = self._buffer
-        start = 0
-        if self._pending_cr:
-            # The previous chunk ended in CR; an LF right here belongs to that line end.
-            self._pending_cr = False
-            if chunk[:1] == b"\n":
-                start = 1
-        buf += chunk[start:] if start else chunk
-        if b"\r" not in buf:
+    def _lines(self, data: bytes, events: list[SSEEvent]) -> None:
+        """Parse every whole line of ``data``; a last, unfinished line is held for later."""
+        line = self._line
+        if b"\r" not in data:
             # The common case (LF only): one split instead of a search per line end.
-            last = buf.rfind(b"\n")
-            if last != -1:
-                line = self._line
-                for raw in buf[:last].split(b"\n"):
-                    line(raw, events)
-                del buf[: last + 1]
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            for raw in lines:
+                line(raw, events)
+            if rest:
+                self._hold(rest)
             return
         pos = 0
-        n = len(buf)
+        n = len(data)
+        # The next CR and LF at or after ``pos``, each searched for again only once passed:
+        # a search per line from ``pos`` to the end would be quadratic in a chunk's lines.
+        cr = data.find(b"\r")
+        lf = data.find(b"\n")
         while pos < n:
-            cr = buf.find(b"\r", pos)
-            lf = buf.find(b"\n", pos)
+            if cr != -1 and cr < pos:
+                cr = data.find(b"\r", pos)
+            if lf != -1 and lf < pos:
+                lf = data.find(b"\n", pos)
             if cr == -1 and lf == -1:
                 break
             if cr == -1 or (lf != -1 and lf < cr):
@@ -150,25 +228,25 @@ class SSEDecoder:
                 # next chunk and must not count as a second (blank) line.
                 end, nxt = cr, cr + 1
                 self._pending_cr = True
-            elif buf[cr + 1] == 0x0A:
+            elif data[cr + 1] == 0x0A:
                 end, nxt = cr, cr + 2
             else:
                 end, nxt = cr, cr + 1
-            self._line(bytes(buf[pos:end]), events)
+            line(data[pos:end], events)
             pos = nxt
-        del buf[:pos]
+        if pos < n:
+            self._hold(data[pos:])
 
     def flush(self, *, dispatch_unterminated: bool = False) -> list[SSEEvent]:
         """End of stream. Returns the pending event only when asked to (see class docstring)."""
         events: list[SSEEvent] = []
-        if self._buffer:
-            # Whole lines may wait here unparsed (see ``feed``); the last line lacks its end.
-            pending = bytes(self._buffer)
-            self._buffer.clear()
-            self._lines(pending, events)
-            if self._buffer:
-                self._line(bytes(self._buffer), events)
-                self._buffer.clear()
+        if self._pieces:
+            # The last line, which lacks its end.
+            pending = _joined(self._pieces)
+            self._pieces = []
+            self._held = 0
+            self._line(pending, events)
+        self._skipping = False
         if dispatch_unterminated:
             self._dispatch(events)
         self._reset_event()
@@ -176,9 +254,14 @@ class SSEDecoder:
         return events
 
     @property
+    def held(self) -> int:
+        """Bytes of an unfinished line held (at most ``max_line``)."""
+        return self._held
+
+    @property
     def has_pending(self) -> bool:
         """True when bytes or fields of an unfinished event are held."""
-        return bool(self._buffer) or self._has_data or self._event is not None
+        return bool(self._pieces) or self._has_data or self._event is not None
 
     def _line(self, raw: bytes | bytearray, events: list[SSEEvent]) -> None:
         if raw[:6] == b"data: " and self._started:

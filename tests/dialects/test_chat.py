@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollcap.dialects import chat
-from rollcap.dialects._base import Normalized, StreamOutcome, ToolCall, Usage
+from rollcap.dialects._base import PIECE_OVERHEAD, Normalized, StreamOutcome, ToolCall, Usage
 from rollcap.sse import SSEEvent
 
 CID = "chatcmpl-AZ4bT9kLm2qRv6sXy1WcFj8NdHe3P"
@@ -540,3 +540,18 @@ def test_an_event_named_error_is_an_error() -> None:
     assert (got.outcome, got.error) == (StreamOutcome.ERROR, {"message": "upstream gone"})
     named = run(SSEEvent(data='{"message": "boom", "code": 503}', event="error"))
     assert named.error == {"message": "boom", "code": 503}
+
+
+def test_size_counts_text_kept_and_whole_chunks_otherwise() -> None:
+    reassembler = chat.StreamReassembler()
+    assert reassembler.size == 0
+    reassembler.feed(chunk(choice({"role": "assistant", "content": ""})))
+    after_role = reassembler.size
+    for _ in range(100):
+        reassembler.feed(chunk(choice({"content": "x" * 1000})))
+    # Each text delta counts its text and a piece's overhead, not its chunk's JSON.
+    assert reassembler.size - after_role == 100 * (1000 + PIECE_OVERHEAD)
+    tool = chunk(choice({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}))
+    before = reassembler.size
+    reassembler.feed(tool)
+    assert reassembler.size - before == len(tool.data) + PIECE_OVERHEAD  # the whole chunk

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rollcap.dialects import messages
-from rollcap.dialects._base import Normalized, StreamOutcome, ToolCall, Usage
+from rollcap.dialects._base import PIECE_OVERHEAD, Normalized, StreamOutcome, ToolCall, Usage
 from rollcap.sse import SSEEvent
 
 
@@ -473,3 +473,26 @@ def test_reassembly_and_normalize_never_raise(events: list[SSEEvent]) -> None:
     got = reassembler.finish()
     if got.response is not None:
         messages.normalize(got.response)
+
+
+def test_size_counts_fragments_kept_and_whole_events_otherwise() -> None:
+    reassembler = messages.StreamReassembler()
+    start = _event({"type": "message_start", "message": _start()})
+    reassembler.feed(start)
+    assert reassembler.size == len(start.data) + PIECE_OVERHEAD
+    block = _event(
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    )
+    reassembler.feed(block)
+    before = reassembler.size
+    for _ in range(10):
+        reassembler.feed(
+            _event(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": "y" * 500},
+                }
+            )
+        )
+    assert reassembler.size - before == 10 * (500 + PIECE_OVERHEAD)

@@ -13,7 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rollcap.dialects import responses
-from rollcap.dialects._base import Normalized, Reassembly, StreamOutcome, ToolCall, Usage
+from rollcap.dialects._base import (
+    PIECE_OVERHEAD,
+    Normalized,
+    Reassembly,
+    StreamOutcome,
+    ToolCall,
+    Usage,
+)
 from rollcap.sse import SSEEvent
 
 RID = "resp_68b0c1d2e3f48190a1b2c3d4e5f6a7b8"
@@ -767,3 +774,32 @@ def test_deferring_piecewise_events_never_changes_the_result(
     for variant in variants:
         deferred, eager = _both(variant)
         assert deferred == eager, name
+
+
+def test_deferred_events_past_their_bound_are_applied_and_the_answer_is_the_same() -> None:
+    # Deltas wait, unparsed, for a final response that makes them unneeded; past 256 KiB of
+    # them they are applied as they come, so a long stream holds its answer, not its events.
+    deltas = [text_delta("word " * 200) for _ in range(400)]  # ~460 KiB of events
+    events = [ev("response.created", response=snapshot()), *message_start(), *deltas]
+    deferring = responses.StreamReassembler()
+    applying = responses.StreamReassembler(defer=False)
+    sizes = []
+    for event in events:
+        deferring.feed(event)
+        applying.feed(event)
+        sizes.append(deferring.size)
+    assert deferring.finish() == applying.finish()  # cut short: rebuilt from the events
+    text = "word " * 200 * 400
+    assert output_of(deferring.finish())[0]["content"][0]["text"] == text
+    # What it holds grows with the text once past the bound, not with the events' JSON.
+    assert max(sizes) < 2 * (len(text) + 400 * PIECE_OVERHEAD)
+    assert deferring.size == applying.size
+
+
+def test_a_final_response_lets_the_deferred_events_go() -> None:
+    reassembler = responses.StreamReassembler()
+    final = snapshot("completed", output=[{"id": MSG, "type": "message", "content": []}])
+    for event in [*message_start(), text_delta("hi"), ev("response.completed", response=final)]:
+        reassembler.feed(event)
+    assert reassembler.finish().response == final
+    assert reassembler._events == []

@@ -5,7 +5,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rollcap.records import ErrorCategory, RawRecord
+from rollcap.records import GAP_CAPTURE_OVER_LIMIT, ErrorCategory, RawRecord
 from rollcap.server._recorder import CallFailure, CallRecorder, Clock, LocalReason
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -326,3 +326,150 @@ def test_the_servers_own_400_is_never_the_upstreams_context_error() -> None:
     recorder.response_start(400, JSON)
     recorder.body(_OPENAI_CONTEXT)
     assert _finish(recorder, Clock(1, 1)).error_category == "client_error"
+
+
+# --- bounded by max_response_bytes ------------------------------------------------------------
+
+
+def _bounded(dialect: str, limit: int) -> CallRecorder:
+    recorder = CallRecorder(
+        model_call_id="c" * 32,
+        dialect=dialect,
+        server_name="policy_model",
+        start=Clock(wall=1000.0, mono=50.0),
+        max_response_bytes=limit,
+    )
+    recorder.request(b'{"model": "m", "stream": true}')
+    return recorder
+
+
+def _chat_stream(deltas: int, text: str = "x" * 100) -> bytes:
+    # A long model name: the stream is much longer than its text, as real streams are.
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m" * 300}
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+        for _ in range(deltas)
+    ]
+    body = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks)
+    return body + b"data: [DONE]\n\n"
+
+
+def test_past_the_limit_the_raw_text_stops_and_the_answer_is_still_whole() -> None:
+    raw = _chat_stream(200)  # ~94 KB of stream, 20 KB of text
+    recorder = _bounded("chat", 50_000)
+    recorder.response_start(200, SSE)
+    terminal = _feed_stream(recorder, raw, step=1000)
+    assert terminal == [(len(raw) - 1) // 1000]  # the end still counts
+    assert recorder.kept_bytes < 50_000 + 200 * (100 + 64) + 100
+    record = _finish(recorder, Clock(1, 1))
+    assert record.error_category is None
+    assert record.response_raw == raw[:50_000].decode()
+    assert record.response is not None
+    assert record.response["choices"][0]["message"]["content"] == "x" * 100 * 200
+    assert record.gaps == [
+        {
+            "code": GAP_CAPTURE_OVER_LIMIT,
+            "detail": f"response_raw: the first 50000 of {len(raw)} bytes "
+            "(capture_max_response_bytes)",
+        }
+    ]
+
+
+def test_past_the_limit_the_answer_stops_too_but_the_end_still_decides() -> None:
+    raw = _chat_stream(400, "y" * 200)
+    recorder = _bounded("chat", 20_000)
+    recorder.response_start(200, SSE)
+    _feed_stream(recorder, raw, step=500)
+    # Held: the bound twice (the raw text, the answer), one chunk more at most.
+    assert recorder.kept_bytes < 2 * 20_000 + 500 + 100
+    record = _finish(recorder, Clock(1, 1))
+    assert record.error_category is None  # [DONE] came: a complete call, not a truncated one
+    assert record.response is not None
+    content = record.response["choices"][0]["message"]["content"]
+    assert content == "y" * len(content)
+    assert 0 < len(content) < 20_000
+    codes = [gap["code"] for gap in record.gaps or []]
+    assert codes == [GAP_CAPTURE_OVER_LIMIT, GAP_CAPTURE_OVER_LIMIT]
+    assert (record.gaps or [])[1]["detail"].startswith("response: reassembled from the stream's")
+
+
+def test_a_line_longer_than_the_limit_is_let_go_and_said() -> None:
+    recorder = _bounded("chat", 10_000)
+    recorder.response_start(200, SSE)
+    recorder.body(b"data: " + b"z" * 6000)
+    recorder.body(b"z" * 6000)  # past the limit: let go, not held
+    recorder.body(b"z\n\ndata: [DONE]\n\n")
+    assert recorder.kept_bytes < 10_000 + 1000
+    record = _finish(recorder, Clock(1, 1))
+    assert "1 lines longer than that were dropped" in (record.gaps or [])[1]["detail"]
+
+
+def test_a_non_streamed_body_past_the_limit_is_not_kept() -> None:
+    body = orjson.dumps({"id": "x", "text": "w" * 5000})
+    recorder = _bounded("chat", 1000)
+    recorder.response_start(200, JSON)
+    recorder.body(body[:3000])
+    recorder.body(body[3000:])
+    record = _finish(recorder, Clock(1, 1))
+    assert (record.response, record.response_raw, record.error_category) == (None, None, None)
+    assert record.gaps == [
+        {
+            "code": GAP_CAPTURE_OVER_LIMIT,
+            "detail": f"response: a body of {len(body)} bytes, over "
+            "capture_max_response_bytes=1000, was not kept",
+        }
+    ]
+
+
+def _same_json(slices: dict[str, object], record: RawRecord) -> None:
+    """What a reader of the line gets, and the keys in the same order."""
+    line = orjson.loads(orjson.dumps(slices))
+    assert line == orjson.loads(orjson.dumps(record.to_json()))
+    assert list(line) == list(record.to_json())
+
+
+_STREAMS = sorted(
+    p.relative_to(FIXTURES)
+    for d in ("chat", "responses", "messages")
+    for p in (FIXTURES / d).glob("*.sse")
+)
+
+
+@pytest.mark.parametrize("fixture", _STREAMS, ids=str)
+def test_a_record_built_in_slices_is_the_record(fixture: Path) -> None:
+    # Built off the event loop for a big call, the record must be the one record() builds.
+    dialect = fixture.parts[0]
+    raw = (FIXTURES / fixture).read_bytes()
+    twins = [_recorder(dialect), _recorder(dialect)]
+    for recorder in twins:
+        recorder.request(b'{"model": "m",\n "stream": true}')  # a line break: encoded again
+        recorder.response_start(200, SSE)
+        recorder.first_byte(50.01)
+        _feed_stream(recorder, raw, step=13)
+        recorder.finish(Clock(1000.5, 50.5))
+    _same_json(twins[1].record_in_slices(), twins[0].record())
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [(200, b'{"id": "x", "choices": []}'), (200, b"<html>"), (500, b""), (200, b'{"a":\n1}')],
+)
+def test_a_non_streamed_record_built_in_slices_is_the_record(status: int, body: bytes) -> None:
+    twins = [_recorder(), _recorder()]
+    for recorder in twins:
+        recorder.request(b"not json")
+        recorder.response_start(status, JSON)
+        recorder.body(body)
+        recorder.finish(Clock(1, 1))
+    _same_json(twins[1].record_in_slices(), twins[0].record())
+
+
+def test_release_lets_go_of_what_the_call_kept() -> None:
+    recorder = _recorder()
+    recorder.response_start(200, SSE)
+    _feed_stream(recorder, _chat_stream(100))
+    recorder.finish(Clock(1, 1))
+    assert recorder.kept_bytes > 20_000
+    recorder.record()
+    recorder.release()
+    assert recorder.kept_bytes == len(b'{"model": "m", "stream": true}')

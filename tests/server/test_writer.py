@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import threading
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,62 @@ async def test_a_cancelled_waiter_does_not_lose_the_record(tmp_path: Path) -> No
     await asyncio.gather(task, return_exceptions=True)
     await asyncio.to_thread(writer.close)  # drains the queue
     assert len(store.read("a")) == 1
+
+
+async def test_a_record_built_in_a_builder_thread_is_written_in_the_batches(
+    tmp_path: Path,
+) -> None:
+    store = CaptureStore(tmp_path)
+    writer = RecordWriter(store)
+    loop_thread = threading.get_ident()
+    built_in: list[int] = []
+
+    def build(n: int) -> dict[str, object]:
+        built_in.append(threading.get_ident())
+        return _record(n)
+
+    await asyncio.gather(*(writer.submit_built("a", functools.partial(build, n)) for n in range(6)))
+    assert len(store.read("a")) == 6
+    assert loop_thread not in built_in
+    assert len(set(built_in)) <= 2
+    await asyncio.to_thread(writer.close)
+
+
+async def test_a_build_that_fails_fails_its_own_caller_only(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    writer = RecordWriter(store)
+
+    def broken() -> dict[str, object]:
+        raise ValueError("cannot build")
+
+    results = await asyncio.gather(
+        writer.submit_built("a", broken),
+        writer.submit_built("a", lambda: _record(1)),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], ValueError)
+    assert results[1] is None
+    assert len(store.read("a")) == 1
+    await asyncio.to_thread(writer.close)
+
+
+async def test_a_built_record_is_written_when_its_waiter_is_gone(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    writer = RecordWriter(store)
+    started = threading.Event()
+
+    def slow() -> dict[str, object]:
+        started.wait(10)
+        return _record(1)
+
+    waiter = asyncio.ensure_future(asyncio.shield(writer.submit_built("a", slow)))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    started.set()
+    await asyncio.gather(waiter, return_exceptions=True)
+    for _ in range(500):  # bounded: a broken writer fails here instead of hanging
+        if store.read("a"):
+            break
+        await asyncio.sleep(0.01)
+    assert len(store.read("a")) == 1
+    await asyncio.to_thread(writer.close)

@@ -52,6 +52,7 @@ def test_header_names_and_scenarios() -> None:
         "stream_error",
         "hang",
         "disconnect",
+        "endless",
         "http_400",
         "http_401",
         "http_404",

@@ -189,6 +189,32 @@ async def test_hang_ends_when_the_client_gives_up(
     assert (await client.post("/v1/chat/completions", json=request("chat"))).status_code == 200
 
 
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_endless_streams_text_until_the_client_leaves(
+    upstream: FakeUpstream, client: httpx2.AsyncClient, dialect: str
+) -> None:
+    headers = {"x-fake-scenario": "endless", "x-fake-content-bytes": "100"}
+    received = bytearray()
+    async with client.stream(
+        "POST", PATHS[dialect], json=stream_body(dialect), headers=headers
+    ) as response:
+        assert response.status_code == 200
+        async for chunk in response.aiter_raw():
+            received += chunk
+            if len(received) > 1_000_000:  # far more than any finite answer of the fake's
+                break
+    result = reassemble(dialect, [bytes(received)])
+    assert result.outcome is StreamOutcome.TRUNCATED  # never a terminal event
+    assert result.response is not None
+    text = orjson.dumps(result.response).decode()
+    assert text.count("alpha bravo") > 1000  # the same 100 bytes of text, again and again
+    await wait_until(lambda: upstream.in_flight == 0, "the handler to end")
+    refused = await client.post(
+        PATHS[dialect], json=request(dialect), headers={"x-fake-scenario": "endless"}
+    )
+    assert refused.status_code == 400  # a stream only
+
+
 async def test_delay_before_the_first_byte(client: httpx2.AsyncClient) -> None:
     with pytest.raises(httpx2.ReadTimeout):
         await client.post(
@@ -270,7 +296,8 @@ async def test_models_and_health(client: httpx2.AsyncClient) -> None:
     assert ids[0] == "fake-model"
     assert set(SCENARIOS) <= set(ids)
     assert all(model["object"] == "model" for model in models["data"])
-    assert (await client.get("/health")).json() == {"status": "ok"}
+    health = (await client.get("/health")).json()
+    assert health == {"status": "ok", "in_flight": 0, "open_connections": 1}
 
 
 async def test_only_v1_routes(client: httpx2.AsyncClient) -> None:

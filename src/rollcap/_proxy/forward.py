@@ -119,7 +119,7 @@ async def open_upstream(
     session: aiohttp.ClientSession,
     method: str,
     url: str,
-    body: bytes | None,
+    body: bytes | bytearray | None,
     headers: list[tuple[str, str]],
 ) -> aiohttp.ClientResponse:
     """Upstream's response, its headers read; ``UpstreamFailure`` when there is none.

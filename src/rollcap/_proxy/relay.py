@@ -3,9 +3,10 @@ capture worker): chunk by chunk, stopping when the client leaves, and breaking t
 connection the way upstream broke its own.
 
 Starlette's StreamingResponse watches for the disconnect with a task group per response; one
-plain task, looked at between chunks, does the same job with less work before the first chunk.
-A client that left is noticed at the next chunk or, if upstream goes quiet, when the upstream
-read times out.
+plain task does the same job with less work before the first chunk. A client that leaves stops
+the relay at once, wherever it waits (on upstream, or on a client that reads nothing): the
+response's task is cancelled, which releases (closes) the upstream connection, and the response
+ends unfinished.
 
 When upstream breaks its answer off, the app raises ``UpstreamBroke``; ``break_off_on`` turns
 that into returning with the response unfinished, which makes the HTTP server drop the client's
@@ -24,6 +25,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
+    "TURN_BYTES",
     "BreakOffMiddleware",
     "StreamResponse",
     "UpstreamBroke",
@@ -31,6 +33,10 @@ __all__ = [
     "quiet_deliberate_breaks",
     "upstream_broke",
 ]
+
+
+# The most a stream relays per turn of the event loop.
+TURN_BYTES = 16 * 1024
 
 
 class UpstreamBroke(Exception):
@@ -117,14 +123,41 @@ class StreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = {"type": "http.response.start", "status": self.status_code}
         await send({**start, "headers": self.raw_headers})
+        task = asyncio.current_task()
+        assert task is not None
         gone = asyncio.ensure_future(_disconnected(receive))
+        relaying = False  # the task waits inside the loop below: a cancel lands there
+        hung_up = False
+
+        def on_gone(_: asyncio.Future[None]) -> None:
+            nonlocal hung_up
+            if relaying and not gone.cancelled():
+                hung_up = True
+                task.cancel()
+
+        gone.add_done_callback(on_gone)
         try:
+            relaying = True
             async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if gone.done():
-                    return  # unfinished on purpose: a capture records the call as cancelled
+                if len(chunk) <= TURN_BYTES:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    continue
+                # A big chunk (upstream is faster than the client) goes in slices, one per
+                # loop turn, so that many fast streams share the loop with everything else.
+                view = memoryview(chunk)
+                for at in range(0, len(chunk), TURN_BYTES):
+                    piece = bytes(view[at : at + TURN_BYTES])
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                    await asyncio.sleep(0)
+            relaying = False
             await send({"type": "http.response.body", "body": b""})
+        except asyncio.CancelledError:
+            if not hung_up:
+                raise
+            task.uncancel()  # our own cancel, spent: unfinished on purpose, the call cancelled
         finally:
+            relaying = False
+            gone.remove_done_callback(on_gone)
             gone.cancel()
             await self.chunks.aclose()  # releases the upstream response now, not at GC
 

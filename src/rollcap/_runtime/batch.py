@@ -118,6 +118,9 @@ class BatchThread(Generic[T, R]):
                 # A closed loop raises RuntimeError: nobody there waits any more.
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(_settle, settled)
+            # Not held while the thread waits for the next batch: a batch of big records is
+            # hundreds of megabytes.
+            del batch, outcomes, by_loop
 
     @property
     def running(self) -> bool:

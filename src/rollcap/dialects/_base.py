@@ -10,7 +10,8 @@ the registry (``rollcap.dialects``) gathers into one ``Dialect`` record:
   (the one the model server holds back until the call's record is durable).
 - ``StreamReassembler``: ``feed(event)`` for each decoded SSE event, then ``finish()`` returns a
   ``Reassembly``: the object the non-streaming API would have returned (partial when the stream was
-  cut) and how the stream ended. Neither method raises, whatever the input.
+  cut) and how the stream ended. Neither method raises, whatever the input. ``size`` is about how
+  many bytes it holds so far (see ``StreamReassembler``), so a caller can bound it.
 - ``usage(response) -> Usage``: only the token counts of ``normalize``, for aggregation.
 - ``error_body(kind, message) -> dict``: an error answer in the dialect's own shape, as its SDKs
   parse it; ``kind`` is the error's type (``invalid_request_error``, ``timeout``...).
@@ -29,6 +30,7 @@ from rollcap._json import as_count, as_dict
 from rollcap.sse import SSEEvent
 
 __all__ = [
+    "PIECE_OVERHEAD",
     "Normalized",
     "Reassembly",
     "StreamOutcome",
@@ -37,6 +39,7 @@ __all__ = [
     "Usage",
     "context_length_exceeded",
     "error_message",
+    "kept_piece",
     "openai_error",
     "openai_usage",
     "parse_arguments",
@@ -104,9 +107,25 @@ class Reassembly:
 
 
 class StreamReassembler(Protocol):
+    """``size``: about how many bytes of memory what was fed so far holds, an estimate that errs
+    high: each text piece kept counts its length plus ``PIECE_OVERHEAD``, anything kept whole (a
+    parsed object, a deferred event) the length of the event data it came in plus the same."""
+
+    size: int
+
     def feed(self, event: SSEEvent) -> None: ...
 
     def finish(self) -> Reassembly: ...
+
+
+# What holding one more small piece costs beyond its text: a str object's header and the list
+# slot that holds it (about 57 bytes in CPython), rounded up.
+PIECE_OVERHEAD = 64
+
+
+def kept_piece(text: str) -> int:
+    """``size``'s share of one text piece kept."""
+    return len(text) + PIECE_OVERHEAD
 
 
 def total_tokens(reported: object, tokens_in: int | None, tokens_out: int | None) -> int | None:

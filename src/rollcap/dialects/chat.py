@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects._base import (
+    PIECE_OVERHEAD,
     Normalized,
     Reassembly,
     StreamOutcome,
@@ -239,7 +240,9 @@ class _ChoiceParts:
     logprobs_content: list[Any] | None = None
     logprobs_refusal: list[Any] | None = None
 
-    def feed(self, choice: Mapping[str, Any]) -> None:
+    def feed(self, choice: Mapping[str, Any]) -> int | None:
+        """Fold one chunk's choice in; the length of the text it kept, or ``None`` when it took
+        the general path (which may keep more than text: the caller counts the whole chunk)."""
         delta = choice.get("delta")
         if (
             type(delta) is dict
@@ -253,14 +256,15 @@ class _ChoiceParts:
             if role and isinstance(role, str) and self.role is None:
                 self.role = role
             text = delta.get("content")
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str):
+                self.finish_reason = finish
             if isinstance(text, str):
                 if self.content is None:
                     self.content = []
                 self.content.append(text)
-            finish = choice.get("finish_reason")
-            if isinstance(finish, str):
-                self.finish_reason = finish
-            return
+                return len(text)
+            return 0
         delta = as_dict(delta)
         role = as_str(delta.get("role"))
         if role and self.role is None:
@@ -313,6 +317,7 @@ class _ChoiceParts:
                 if self.logprobs_refusal is None:
                     self.logprobs_refusal = []
                 self.logprobs_refusal.extend(entries)
+        return None
 
     def _feed_tool_call(self, fragment: Mapping[str, Any]) -> None:
         if not fragment:
@@ -360,9 +365,14 @@ _OPTIONAL_KEYS = ("system_fingerprint", "service_tier")
 
 
 class StreamReassembler:
-    """Feed the stream's events, then ``finish()`` gives the ``chat.completion`` they describe."""
+    """Feed the stream's events, then ``finish()`` gives the ``chat.completion`` they describe.
+
+    ``size``: a plain text delta counts its text, any other chunk its whole data (see
+    ``dialects._base.StreamReassembler``).
+    """
 
     def __init__(self) -> None:
+        self.size = 0
         self._seen_chunk = False
         self._top: dict[str, Any] = {}
         # Top-level keys whose first non-null value has not come yet.
@@ -412,7 +422,8 @@ class StreamReassembler:
             parts = self._choices.get(index)
             if parts is None:
                 parts = self._choices[index] = _ChoiceParts()
-            parts.feed(choice)
+            kept = parts.feed(choice)
+            self.size += PIECE_OVERHEAD + (len(data) if kept is None else kept)
 
     def finish(self) -> Reassembly:
         response = self._build()

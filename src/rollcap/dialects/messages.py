@@ -25,6 +25,7 @@ import orjson
 
 from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects._base import (
+    PIECE_OVERHEAD,
     Normalized,
     Reassembly,
     StreamOutcome,
@@ -131,6 +132,11 @@ def _event_kind(event: SSEEvent, data: Mapping[str, Any] | None) -> str | None:
     return data_type if data_type is not None else name
 
 
+def _length(event: SSEEvent) -> int:
+    data = getattr(event, "data", None)
+    return len(data) if isinstance(data, str) else 0
+
+
 def _load(event: SSEEvent) -> dict[str, Any] | None:
     data = getattr(event, "data", None)
     return load_json_object(data) if isinstance(data, str) else None
@@ -164,20 +170,26 @@ class _Block:
         self.partial_json: list[str] = []
         self.citations: list[Any] = []
 
-    def apply(self, delta: Mapping[str, Any]) -> None:
+    def apply(self, delta: Mapping[str, Any]) -> int | None:
+        """Fold a delta in; the length of the text it kept, or ``None`` for anything else
+        (which the caller counts whole)."""
         delta_type = delta.get("type")
         if delta_type == "input_json_delta":
             fragment = as_str(delta.get("partial_json"))
             if fragment:
                 self.partial_json.append(fragment)
+                return len(fragment)
         elif delta_type == "citations_delta":
             if "citation" in delta:
                 self.citations.append(delta["citation"])
+            return None
         elif isinstance(delta_type, str) and delta_type in _TEXT_DELTAS:
             key = _TEXT_DELTAS[delta_type]
             fragment = as_str(delta.get(key))
             if fragment is not None:
                 self.fragments.setdefault(key, []).append(fragment)
+                return len(fragment)
+        return 0
 
     def build(self) -> dict[str, Any]:
         block = dict(self.start)
@@ -199,11 +211,25 @@ class _Block:
 
 
 class StreamReassembler:
-    """Rebuilds the message a non-streaming call would have returned from its SSE events."""
+    """Rebuilds the message a non-streaming call would have returned from its SSE events.
 
-    __slots__ = ("_blocks", "_delta", "_delta_usage", "_error", "_outcome", "_seen", "_skeleton")
+    ``size``: a text or JSON fragment counts its text, any other event its data (see
+    ``dialects._base.StreamReassembler``).
+    """
+
+    __slots__ = (
+        "_blocks",
+        "_delta",
+        "_delta_usage",
+        "_error",
+        "_outcome",
+        "_seen",
+        "_skeleton",
+        "size",
+    )
 
     def __init__(self) -> None:
+        self.size = 0
         self._skeleton: dict[str, Any] | None = None
         self._blocks: dict[int, _Block] = {}
         self._delta: dict[str, Any] = {}
@@ -218,6 +244,11 @@ class StreamReassembler:
         data = _load(event)
         kind = _event_kind(event, data)
         payload: Mapping[str, Any] = data if data is not None else {}
+        if kind == "content_block_delta":
+            kept = self._block_delta(payload)
+            self.size += PIECE_OVERHEAD + (_length(event) if kept is None else kept)
+            return
+        self.size += PIECE_OVERHEAD + _length(event)
         if kind == "message_stop":
             self._outcome = StreamOutcome.COMPLETED
         elif kind == "error":
@@ -228,8 +259,6 @@ class StreamReassembler:
             self._message_start(payload)
         elif kind == "content_block_start":
             self._block_start(payload)
-        elif kind == "content_block_delta":
-            self._block_delta(payload)
         elif kind == "message_delta":
             self._message_delta(payload)
         # content_block_stop needs nothing: fragments are joined when the response is built.
@@ -252,12 +281,13 @@ class StreamReassembler:
         self._seen = True
         self._blocks[index] = _Block(block)
 
-    def _block_delta(self, payload: Mapping[str, Any]) -> None:
+    def _block_delta(self, payload: Mapping[str, Any]) -> int | None:
         index = as_count(payload.get("index"))
         block = self._blocks.get(index) if index is not None else None
         delta = payload.get("delta")
         if block is not None and isinstance(delta, Mapping):
-            block.apply(delta)
+            return block.apply(delta)
+        return 0
 
     def _message_delta(self, payload: Mapping[str, Any]) -> None:
         delta = payload.get("delta")

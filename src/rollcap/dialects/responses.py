@@ -18,11 +18,13 @@ from typing import Any
 
 from rollcap._json import as_count, as_dict, as_str, load_json_object
 from rollcap.dialects._base import (
+    PIECE_OVERHEAD,
     Normalized,
     Reassembly,
     StreamOutcome,
     ToolCall,
     Usage,
+    kept_piece,
     openai_error,
     openai_usage,
     parse_arguments,
@@ -237,6 +239,10 @@ _PIECEWISE = frozenset(
     }
 )
 _NOT_IN_PIECEWISE = ("error", "response.completed", "response.incomplete", "response.failed", "\\u")
+# Deferred events are kept whole until the stream ends; past this many bytes of them, they are
+# applied (in order) and the rest as they come, so a long stream holds its answer, not every
+# event of it.
+_DEFER_MAX_BYTES = 256 * 1024
 
 
 def _only_piecewise(event: SSEEvent) -> bool:
@@ -254,6 +260,11 @@ class StreamReassembler:
     A ``response.failed`` reports ``response.error``, or the earlier ``error`` event's error when
     that is not an object. Events naming an item not seen are ignored; a text delta may open the
     item's next part, but never skips a part index.
+
+    ``defer``: events that only build the answer piece by piece wait unparsed for the final
+    response, which makes them unneeded; past ``_DEFER_MAX_BYTES`` of them they are applied after
+    all. ``size``: a deferred event counts its data, an applied delta its text, any other applied
+    event its data (see ``dialects._base.StreamReassembler``).
     """
 
     __slots__ = (
@@ -263,13 +274,16 @@ class StreamReassembler:
         "_error",
         "_events",
         "_final",
+        "_full",
         "_items",
         "_outcome",
         "_pending",
         "_snapshot",
+        "size",
     )
 
     def __init__(self, *, defer: bool = True) -> None:
+        self.size = 0
         self._snapshot: dict[str, Any] | None = None
         self._items: dict[int, dict[str, Any]] = {}
         self._final: dict[str, Any] | None = None
@@ -284,12 +298,27 @@ class StreamReassembler:
         self._defer = defer
         self._events: list[SSEEvent] = []
         self._deferred = False
+        # Past the deferral bound: the reassembler every event is applied to, this one's stand-in.
+        self._full: StreamReassembler | None = None
 
     def feed(self, event: SSEEvent) -> None:
+        if self._full is not None:
+            self._full.feed(event)
+            self.size = self._full.size
+            return
         if self._ended:
             return
         if self._defer:
             self._events.append(event)
+            # The event and its text are both kept: count the header of each.
+            self.size += len(event.data) + 2 * PIECE_OVERHEAD
+            if self.size > _DEFER_MAX_BYTES:
+                full = StreamReassembler(defer=False)
+                for deferred in self._events:
+                    full.feed(deferred)
+                self._full, self._events = full, []
+                self.size = full.size
+                return
             if _only_piecewise(event):
                 self._deferred = True
                 return
@@ -299,6 +328,12 @@ class StreamReassembler:
         kind = _event_type(event, data)
         if kind is None:
             return
+        if not self._defer:
+            text = _PART_TEXT_EVENTS.get(kind) or _ITEM_TEXT_EVENTS.get(kind)
+            value = data.get(text.value) if text is not None and text.is_delta else None
+            self.size += (
+                kept_piece(value) if isinstance(value, str) else len(event.data) + PIECE_OVERHEAD
+            )
         if (part_text := _PART_TEXT_EVENTS.get(kind)) is not None:
             self._on_part_text(data, part_text)
         elif (item_text := _ITEM_TEXT_EVENTS.get(kind)) is not None:
@@ -319,6 +354,8 @@ class StreamReassembler:
             self._on_error(data)
 
     def finish(self) -> Reassembly:
+        if self._full is not None:
+            return self._full.finish()
         if self._final is None and self._deferred:
             # No whole response came: build it from every event, in order.
             full = StreamReassembler(defer=False)
@@ -346,6 +383,7 @@ class StreamReassembler:
         response = data.get("response")
         if isinstance(response, dict):
             self._final = response
+            self._events = []  # the whole response came: the deferred events are not needed
         if kind == _FAILED:
             self._outcome = StreamOutcome.ERROR
             error = response.get("error") if isinstance(response, dict) else None

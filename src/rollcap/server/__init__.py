@@ -7,15 +7,18 @@ One captured call's way through it (``POST /ng-rollout/<id>/v1/chat/completions`
    uncaptured (and counted in ``/health``).
 2. A ``_middleware._CapturedCall`` wraps the client's ``receive`` and ``send`` around a
    ``_recorder.CallRecorder`` (pure: bytes and clock readings in, one record out), which the
-   app finds in the scope (``RECORDER_KEY``).
+   app finds in the scope (``RECORDER_KEY``), with the request body, read once by the
+   middleware (``BODY_KEY``; past ``max_request_bytes``, answered 413).
 3. ``_app._Forwarder.forward`` sends the request upstream over one aiohttp session
    (``_proxy.forward.open_upstream``), translated to chat for a chat-only upstream
    (``_translating`` over ``rollcap.translate``) or staged for its token ids (``_staged``).
 4. ``_proxy.forward.pass_through`` relays the answer chunk by chunk. Each chunk goes to the
-   client first; its copy feeds ``CallRecorder.body`` (the SSE decoder, the terminal event).
+   client first, then feeds ``CallRecorder.body``: the raw bytes kept once, up to
+   ``capture_max_response_bytes``, the SSE decoder, the terminal event, and the stream's
+   reassembly (``dialects.<name>.StreamReassembler``), as the chunks pass.
 5. The chunk that completes the terminal event (a non-streamed answer: all of it) is held.
-   ``CallRecorder.finish`` ends the call and ``record()`` reassembles the stream
-   (``dialects.<name>.StreamReassembler``) into a ``RawRecord``, on the event loop.
+   ``CallRecorder.finish`` ends the call and ``record()`` builds its ``RawRecord`` on the event
+   loop; a record over 64 KiB is built by ``record_in_slices`` in a builder thread instead.
 6. ``_writer.RecordWriter.submit`` queues it for one writer thread
    (``_runtime.batch.BatchThread``), which appends each batch with
    ``store.CaptureStore.append_many``: every file written under its flock, then synced.

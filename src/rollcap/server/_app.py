@@ -28,6 +28,8 @@ from rollcap._proxy.forward import (
     relay,
 )
 from rollcap._proxy.relay import StreamResponse
+from rollcap.config import MAX_REQUEST_BYTES
+from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
 from rollcap.server._answers import (
     error_body,
     failure_answer,
@@ -41,6 +43,7 @@ from rollcap.server._middleware import (
     RECORDER_KEY,
     CaptureMiddleware,
     CaptureState,
+    request_body,
 )
 from rollcap.server._recorder import CallRecorder, LocalReason
 from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation
@@ -58,7 +61,11 @@ CHAT_PATH = "/v1/chat/completions"
 
 @dataclass(frozen=True, slots=True)
 class ModelServerSettings:
-    """One model server. ``capture_dir`` None means capture off (the prefix is still stripped)."""
+    """One model server. ``capture_dir`` None means capture off (the prefix is still stripped).
+
+    ``max_request_bytes``: a longer request body is answered 413; ``capture_max_response_bytes``:
+    the most of one response a capture record keeps (``CallRecorder``).
+    """
 
     model_type: str
     base_url: str | None
@@ -72,8 +79,14 @@ class ModelServerSettings:
     # RL token staging through a capture worker (upstream = the worker); see ``_staged``.
     external_staging: bool = False
     ledger_dir: Path | None = None
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES
 
     def __post_init__(self) -> None:
+        for key in ("max_request_bytes", "capture_max_response_bytes"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be a positive number of bytes, got {value!r}")
         if self.external_staging:
             if self.model_type != "vllm_model":
                 raise ValueError(
@@ -125,7 +138,7 @@ class _Forwarder:
         if self.backend.translate_to_chat and dialect in TO_CHAT:
             assert dialect is not None
             return await self._translated(request, dialect, recorder)
-        opened = await self._open(request, path, await request.body(), dialect, recorder)
+        opened = await self._open(request, path, await request_body(request), dialect, recorder)
         if isinstance(opened, Response):
             return opened
         return await pass_through(opened, recorder)
@@ -134,7 +147,7 @@ class _Forwarder:
         self,
         request: Request,
         path: str,
-        body: bytes,
+        body: bytes | bytearray,
         dialect: str | None,
         recorder: CallRecorder | None,
     ) -> aiohttp.ClientResponse | Response:
@@ -157,7 +170,7 @@ class _Forwarder:
     ) -> Response:
         """A Responses or Messages call answered by a chat-only upstream."""
         try:
-            client_request = orjson.loads(await request.body())
+            client_request = orjson.loads(await request_body(request))
             if not isinstance(client_request, dict):
                 raise ValueError("the request body must be a JSON object")
             translation = Translation(
@@ -274,7 +287,14 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(CaptureMiddleware, state=state)],
+        middleware=[
+            Middleware(
+                CaptureMiddleware,
+                state=state,
+                max_request_bytes=settings.max_request_bytes,
+                capture_max_response_bytes=settings.capture_max_response_bytes,
+            )
+        ],
     )
     app.state.capture = state
     return app

@@ -4,6 +4,12 @@ It wraps ``receive`` and ``send`` and never rebuilds the response: every message
 goes out unchanged (one header added), in order. Only the timing changes for two messages: the
 one that completes a stream's terminal event, and a non-streamed body, wait until the call's
 record is durable.
+
+It also reads every request body, once, for every route: the app finds it in the scope
+(``request_body``), so it is held once and never copied per layer. A body longer than
+``max_request_bytes``, declared so or found so as it comes, is answered 413 in the client's
+dialect as soon as that is known, and the connection closed without reading the rest. A client
+that hangs up before its body is whole is one log line (and, captured, a ``cancelled`` record).
 """
 
 from __future__ import annotations
@@ -16,19 +22,30 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.to_thread
 import orjson
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollcap._proxy.asgi import send_json
 from rollcap._proxy.relay import break_off_on, quiet_deliberate_breaks, upstream_broke
+from rollcap._runtime.memory import MemoryReleaser
+from rollcap.config import MAX_REQUEST_BYTES
 from rollcap.dialects import openai_error
+from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES, GAP_CAPTURE_OVER_LIMIT
 from rollcap.routing import strip_prefix
+from rollcap.server._answers import error_body
 from rollcap.server._fresh import new_model_call_id, now
-from rollcap.server._recorder import CallFailure, CallRecorder
+from rollcap.server._recorder import CallFailure, CallRecorder, LocalReason
 from rollcap.server._writer import RecordWriter
 from rollcap.store import CaptureStore
 
-__all__ = ["DIALECT_ROUTES", "RECORDER_KEY", "CaptureMiddleware", "CaptureState"]
+__all__ = [
+    "BODY_KEY",
+    "DIALECT_ROUTES",
+    "RECORDER_KEY",
+    "CaptureMiddleware",
+    "CaptureState",
+    "request_body",
+]
 
 log = logging.getLogger("rollcap.server")
 
@@ -38,7 +55,11 @@ DIALECT_ROUTES = {
     "/v1/messages": "messages",
 }
 RECORDER_KEY = "rollcap.recorder"
+BODY_KEY = "rollcap.body"
 CALL_ID_HEADER = b"x-rollcap-model-call-id"
+# A record built from up to this many bytes is built on the event loop, where it is cheapest (a
+# stream of a few hundred events); a bigger one in a builder thread, in slices, two at a time.
+BUILD_ON_LOOP_BYTES = 64 * 1024
 
 # What a send to a client that went away raises, depending on the server and the response class.
 _CLIENT_GONE = (asyncio.CancelledError, OSError, ClientDisconnect)
@@ -59,12 +80,43 @@ class CaptureState:
         self.writer = None if self.store is None else RecordWriter(self.store)
 
 
+async def request_body(request: Request) -> bytes | bytearray:
+    """The request's body: the one the capture middleware read, else read now."""
+    body: bytes | bytearray | None = request.scope.get(BODY_KEY)
+    return await request.body() if body is None else body
+
+
+class _TooLarge(Exception):
+    """The request body is longer than ``max_request_bytes``."""
+
+
+class _HungUp(Exception):
+    """The client went away before its request body was whole."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(received)
+        self.received = received
+
+
 class CaptureMiddleware:
-    def __init__(self, app: ASGIApp, state: CaptureState) -> None:
+    """``max_request_bytes``: the longest request body taken; ``capture_max_response_bytes``:
+    the most of one response a record keeps (``CallRecorder``)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        state: CaptureState,
+        *,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+        capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES,
+    ) -> None:
         self.app = app
         self.state = state
+        self.max_request_bytes = max_request_bytes
+        self.capture_max_response_bytes = capture_max_response_bytes
         # Accounting for records whose callers were cancelled while they were written.
         self._late: set[asyncio.Task[None]] = set()
+        self._releaser = MemoryReleaser()
         quiet_deliberate_breaks()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -80,14 +132,20 @@ class CaptureMiddleware:
             await send_json(send, 400, orjson.dumps(openai_error(str(exc))))
             return
         dialect = DIALECT_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
-        if dialect is None:
-            await self.app(scope, receive, send)
-            return
-        if rollout_id is None:
+        writer = self.state.writer  # None: capture off
+        if dialect is not None and rollout_id is None:
             self.state.uncorrelated += 1
-            await self.app(scope, receive, send)
-            return
-        if self.state.writer is None:  # capture off
+        if dialect is None or rollout_id is None or writer is None:
+            try:
+                body = await self._read_body(scope, receive)
+            except _TooLarge:
+                await self._refuse(send, dialect)
+                return
+            except _HungUp as gone:
+                self._hung_up(scope, gone)
+                return
+            if body is not None:
+                scope, receive = {**scope, BODY_KEY: body}, _replay(body, receive)
             await self.app(scope, receive, send)
             return
         session_id = None
@@ -100,14 +158,105 @@ class CaptureMiddleware:
             server_name=self.state.server_name,
             start=now(),
             client_session_id=session_id,
+            max_response_bytes=self.capture_max_response_bytes,
         )
-        call = _CapturedCall(self, self.state.writer, rollout_id, recorder, receive, send)
+        call = _CapturedCall(self, writer, rollout_id, recorder, receive, send)
+        try:
+            body = await self._read_body(scope, receive)
+        except _TooLarge:
+            recorder.gap(
+                GAP_CAPTURE_OVER_LIMIT,
+                f"request: over max_request_bytes={self.max_request_bytes}, answered 413 and "
+                "not kept",
+            )
+            recorder.answered_locally(LocalReason.INVALID_REQUEST)
+            await self._refuse(call.send, dialect)
+            return
+        except _HungUp as gone:
+            self._hung_up(scope, gone)
+            call.client_gone = True
+            await call.returned()
+            return
+        if body is not None:
+            recorder.request(body)
+            scope = {**scope, BODY_KEY: body}
+            call.replay(body)
         try:
             await self.app({**scope, RECORDER_KEY: recorder}, call.receive, call.send)
         except BaseException as exc:
             await call.raised(exc)
             raise
         await call.returned()
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | bytearray | None:
+        """The whole request body, or None for a request that declares none.
+
+        ``_TooLarge`` as soon as it is known to pass ``max_request_bytes`` (its declared length
+        first), without reading more; ``_HungUp`` when the client goes away first. A body that
+        comes in one message is kept as it came; one in many grows in one buffer.
+        """
+        limit = self.max_request_bytes
+        declared: int | None = None
+        chunked = False
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = None
+            elif name == b"transfer-encoding":
+                chunked = True
+        if declared is None and not chunked:
+            return None  # HTTP/1.1: no length, not chunked, no body
+        if declared is not None and declared > limit:
+            raise _TooLarge
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _HungUp(0)
+        first: bytes = message.get("body", b"")
+        if len(first) > limit:
+            raise _TooLarge
+        if not message.get("more_body", False):
+            return first
+        body = bytearray(first)
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise _HungUp(len(body))
+            chunk = message.get("body", b"")
+            if len(body) + len(chunk) > limit:
+                raise _TooLarge
+            body += chunk
+            if not message.get("more_body", False):
+                return body
+
+    async def _refuse(self, send: Send, dialect: str | None) -> None:
+        """413 in the client's dialect, at once: the server drops a little more of the body,
+        so that a client still sending can read it, then closes the connection
+        (``rollcap._runtime.serving``); the rest of the body is never read."""
+        message = f"the request body is longer than max_request_bytes ({self.max_request_bytes})"
+        kind = "request_too_large" if dialect == "messages" else "invalid_request_error"
+        body = error_body(dialect, kind, message)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(body)),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    @staticmethod
+    def _hung_up(scope: Scope, gone: _HungUp) -> None:
+        log.info(
+            "%s %s: the client hung up before its request body was whole (%d bytes in)",
+            scope.get("method"),
+            scope.get("path"),
+            gone.received,
+        )
 
     async def write(self, writer: RecordWriter, rollout_id: str, recorder: CallRecorder) -> None:
         """Build the record and wait until the writer thread made it durable; a failure is
@@ -118,14 +267,22 @@ class CaptureMiddleware:
         accounted for when it comes.
         """
         call_id = recorder.model_call_id
+        kept = recorder.kept_bytes
         try:
-            # Built here, on the event loop, not in the writer thread: the GIL serialises the
-            # work either way, and a thread holding it makes the loop wait for it back. It is
-            # built once per call on the loop: keep it cheap.
-            durable = writer.submit(rollout_id, recorder.record())
+            if kept <= BUILD_ON_LOOP_BYTES:
+                # A small record is built here, on the event loop: the GIL serialises the work
+                # with a thread either way, and a hand-off to one costs more than the build.
+                durable = writer.submit(rollout_id, recorder.record())
+                recorder.release()
+            else:
+                # A big one would stop the loop for as long as it takes: it is built in a
+                # thread, a slice at a time, so the loop runs between slices.
+                durable = writer.submit_built(rollout_id, recorder.record_in_slices)
         except Exception as exc:
             await self._failed(writer, rollout_id, call_id, exc)
             return
+        # Once the record is written, what the call kept can go back to the system.
+        durable.add_done_callback(lambda _: self._releaser.note(kept))
         try:
             await asyncio.shield(durable)
         except asyncio.CancelledError:
@@ -185,7 +342,6 @@ class _CapturedCall:
         "_client_receive",
         "_client_send",
         "_held",
-        "_request",
         "_rollout_id",
         "_writer",
         "client_gone",
@@ -207,17 +363,16 @@ class _CapturedCall:
         self.recorder = recorder
         self._client_receive = receive
         self._client_send = send
-        self._request: list[bytes] = []
         self._held: list[Message] = []
         self.client_gone = False
 
+    def replay(self, body: bytes | bytearray) -> None:
+        """The body was read already: the app's first ``receive`` gets it whole."""
+        self._client_receive = _replay(body, self._client_receive)
+
     async def receive(self) -> Message:
         message = await self._client_receive()
-        if message["type"] == "http.request":
-            self._request.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                self.recorder.request(b"".join(self._request))
-        elif message["type"] == "http.disconnect":
+        if message["type"] == "http.disconnect":
             self.client_gone = True
         return message
 
@@ -292,3 +447,18 @@ class _CapturedCall:
         held, self._held = self._held, []
         for message in held:
             await self._client_send(message)
+
+
+def _replay(body: bytes | bytearray, receive: Receive) -> Receive:
+    """``receive`` for an app whose request body was read already: the body first, whole, then
+    what the client sends (its disconnect)."""
+    pending = True
+
+    async def replayed() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

@@ -10,6 +10,13 @@ sent the request upstream (``upstream_attempted``), whose answer the client got
 answer of the server's own), the upstream's HTTP status (``upstream_status_code``) and, for
 a local answer, why (``local_response_reason``, a ``LocalReason``). The server tells the
 recorder as it goes: ``upstream_attempt``, ``upstream_status``, ``answered_locally``.
+
+What a call costs while it runs is bounded by ``max_response_bytes``: a stream is reassembled
+as its chunks pass, and its raw text is kept once, as bytes, up to the bound; past it the raw
+text stops growing, and so does the reassembled response once it passes the bound too (the
+terminal event still counts, so the call's outcome stays right). A non-streamed body is kept
+for the record up to the bound. The record then says what it lacks with a
+``GAP_CAPTURE_OVER_LIMIT`` gap. The client always gets every byte: this is only what is kept.
 """
 
 from __future__ import annotations
@@ -21,9 +28,23 @@ from typing import Any
 
 import orjson
 
-from rollcap.dialects import StreamOutcome, context_length_exceeded, get_dialect
-from rollcap.records import ErrorCategory, Gap, RawRecord, error_category, model_ref
-from rollcap.sse import SSEDecoder, SSEEvent, is_event_stream
+from rollcap._json import encode_in_slices, text_in_slices, text_slices
+from rollcap.dialects import (
+    StreamOutcome,
+    StreamReassembler,
+    context_length_exceeded,
+    get_dialect,
+)
+from rollcap.records import (
+    CAPTURE_MAX_RESPONSE_BYTES,
+    GAP_CAPTURE_OVER_LIMIT,
+    ErrorCategory,
+    Gap,
+    RawRecord,
+    error_category,
+    model_ref,
+)
+from rollcap.sse import SSEDecoder, is_event_stream
 
 __all__ = ["CallFailure", "CallRecorder", "Clock", "LocalReason"]
 
@@ -69,7 +90,23 @@ class Clock:
     mono: float
 
 
-def _json_object(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+def _object_or_none(raw: bytes | bytearray) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _object_fragment(raw: bytes | bytearray, value: dict[str, Any]) -> orjson.Fragment:
+    """``value``, parsed from ``raw``, as a record's JSON: a body with no line break in it is
+    already the one line a record needs, and goes in as it came, without encoding it again."""
+    if b"\n" not in raw and b"\r" not in raw:
+        return orjson.Fragment(bytes(raw))
+    return encode_in_slices(value)
+
+
+def _json_object(raw: bytes | bytearray) -> tuple[dict[str, Any] | None, str | None]:
     """``(object, None)`` for a JSON object body, else ``(None, text)`` so nothing is lost."""
     try:
         value = orjson.loads(raw)
@@ -81,21 +118,27 @@ def _json_object(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 class CallRecorder:
-    """Feed the exchange as it happens; ``finish`` gives the record, once."""
+    """Feed the exchange as it happens; ``finish`` ends it; ``record()`` (or, for a big record
+    built off the event loop, ``record_in_slices()``) gives its one record."""
 
     __slots__ = (
         "_attempted",
-        "_body",
+        "_body_bytes",
         "_context_exceeded",
         "_decoder",
         "_dialect",
         "_end",
-        "_events",
         "_failure",
         "_finished",
         "_first_byte",
         "_gaps",
+        "_limit",
         "_local_reason",
+        "_parts",
+        "_raw",
+        "_raw_cut",
+        "_reassembled_upto",
+        "_reassembler",
         "_request_body",
         "_server_name",
         "_session_id",
@@ -116,21 +159,28 @@ class CallRecorder:
         server_name: str,
         start: Clock,
         client_session_id: str | None = None,
+        max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES,
     ) -> None:
         self.model_call_id = model_call_id
         self._dialect = get_dialect(dialect)
         self._server_name = server_name
         self._start = start
         self._session_id = client_session_id
-        self._request_body = b""
+        self._limit = max_response_bytes
+        self._request_body: bytes | bytearray | None = None  # None: no body was taken
         self.status_code: int | None = None
         self._streaming = False
         self._first_byte: float | None = None
-        self._body: list[bytes] = []
+        self._body_bytes = 0  # every body byte that came, kept or not
+        self._raw = bytearray()  # a stream's bytes, up to the limit
+        self._raw_cut = False
+        self._parts: list[bytes] = []  # a non-streamed body's chunks, as the client gets them
         self._failure: CallFailure | None = None
         self._synthetic = False
-        self._decoder = SSEDecoder()
-        self._events: list[SSEEvent] = []
+        # A line of the stream longer than the limit is let go rather than held.
+        self._decoder = SSEDecoder(max_line=max_response_bytes)
+        self._reassembler: StreamReassembler | None = None
+        self._reassembled_upto: int | None = None  # stream bytes reassembled, once it stopped
         self._terminal_seen = False
         self._end: Clock | None = None
         self._finished = False
@@ -140,7 +190,8 @@ class CallRecorder:
         self._local_reason: LocalReason | None = None
         self._context_exceeded = False
 
-    def request(self, body: bytes) -> None:
+    def request(self, body: bytes | bytearray) -> None:
+        """The request body, as the server holds it (kept by reference, never copied)."""
         self._request_body = body
 
     def upstream_attempt(self) -> None:
@@ -188,6 +239,8 @@ class CallRecorder:
             return
         self.status_code = status
         self._streaming = is_event_stream(headers.get("content-type"))
+        if self._streaming:
+            self._reassembler = self._dialect.new_reassembler()
 
     @property
     def streaming(self) -> bool:
@@ -198,29 +251,71 @@ class CallRecorder:
         if self._first_byte is None:
             self._first_byte = mono
 
+    @property
+    def kept_bytes(self) -> int:
+        """About how many bytes the call's record is built from: the request, the raw response,
+        the reassembled one and a line still held (what building the record costs grows with
+        it)."""
+        reassembled = 0 if self._reassembler is None else self._reassembler.size
+        reassembled += self._decoder.held
+        kept = len(self._raw) if self._streaming else min(self._body_bytes, self._limit)
+        request = 0 if self._request_body is None else len(self._request_body)
+        return request + kept + reassembled
+
     def body(self, chunk: bytes) -> bool:
         """Take a body chunk; true when it completes the stream's terminal event.
 
         The server holds such a chunk back until the record is durable, so a client that saw
-        the end of a stream can rely on its record being on disk.
+        the end of a stream can rely on its record being on disk. A stream's events are
+        reassembled here, as they come, so what the call holds is its answer, not its events.
         """
         if not chunk or self._synthetic:
             return False
-        self._body.append(chunk)
-        if not self._streaming:
+        size = len(chunk)
+        self._body_bytes += size
+        reassembler = self._reassembler
+        if reassembler is None:  # not streamed: the chunks are the client's, held anyway
+            if self._body_bytes <= self._limit:
+                self._parts.append(chunk)
+            elif self._parts:
+                self._parts = []
             return False
-        # Only the cheap part happens here, per chunk: cutting events and spotting the terminal
-        # one. Parsing them into the answer waits for ``record``, once, when the call is over.
+        if not self._raw_cut:
+            raw = self._raw
+            room = self._limit - len(raw)
+            if size <= room:
+                raw += chunk
+            else:
+                raw += chunk[:room]
+                self._raw_cut = True
         events = self._decoder.feed(chunk)
-        self._events += events
-        if self._terminal_seen:
+        if not events:
             return False
-        is_terminal = self._dialect.is_terminal_event
-        for event in events:
-            if is_terminal(event):
-                self._terminal_seen = True
-                return True
-        return False
+        # Every event is reassembled (and the first terminal one noted) while the answer is
+        # under the bound; past it, only the terminal event still counts. Every captured
+        # stream goes through here on the event loop, event by event: keep it cheap.
+        terminal = False
+        if self._reassembled_upto is None:
+            feed = reassembler.feed
+            if self._terminal_seen:
+                for event in events:
+                    feed(event)
+            else:
+                is_terminal = self._dialect.is_terminal_event
+                for event in events:
+                    if not terminal and is_terminal(event):
+                        terminal = self._terminal_seen = True
+                    feed(event)
+            if reassembler.size > self._limit:
+                self._reassembled_upto = self._body_bytes
+        elif not self._terminal_seen:
+            is_terminal = self._dialect.is_terminal_event
+            for event in events:
+                if is_terminal(event):
+                    terminal = self._terminal_seen = True
+                    reassembler.feed(event)  # the outcome rests on it
+                    break
+        return terminal
 
     @property
     def finished(self) -> bool:
@@ -232,43 +327,137 @@ class CallRecorder:
             raise RuntimeError(f"model call {self.model_call_id} already recorded")
         self._finished = True
         self._end = end
-        if self._streaming:
-            # A capture keeps what arrived, an event cut off by the end included.
-            self._events += self._decoder.flush(dispatch_unterminated=True)
         if failure is not None and self._failure is None:
             self._failure = failure
 
-    def record(self) -> RawRecord:
-        """Build the finished call's record: the costly part (reassembly, parsing), done once.
+    def _flush(self) -> None:
+        """Feed what the decoder still holds: a capture keeps what arrived, an event cut off
+        by the end included. Part of building the record (it may be a long line's worth of
+        work), so it runs wherever the record is built; once."""
+        if self._reassembler is None:
+            return
+        for event in self._decoder.flush(dispatch_unterminated=True):
+            if self._reassembled_upto is None or (
+                not self._terminal_seen and self._dialect.is_terminal_event(event)
+            ):
+                self._reassembler.feed(event)
 
-        The middleware builds it on the event loop, right before handing it to the writer.
+    def record(self) -> RawRecord:
+        """Build the finished call's record (the answer is parsed or its reassembly finished).
+
+        Its cost grows with ``kept_bytes``: the middleware builds small records here, on the
+        event loop, and big ones with ``record_in_slices`` in a thread.
         """
-        if self._end is None:
-            raise RuntimeError(f"model call {self.model_call_id} is not finished")
-        end = self._end
-        failure = self._failure
-        request, request_raw = _json_object(self._request_body)
-        raw_body = b"".join(self._body)
+        request, request_raw = (
+            (None, None) if self._request_body is None else _json_object(self._request_body)
+        )
         response: dict[str, Any] | None = None
         response_raw: str | None = None
-        flags: dict[str, bool] = {}
         if self._streaming:
-            reassembler = self._dialect.new_reassembler()
-            for event in self._events:
-                reassembler.feed(event)
-            result = reassembler.finish()
+            response_raw = self._raw.decode("utf-8", errors="replace")
+        else:
+            response, response_raw = self._answer()
+        return self._build(request, request_raw, response, response_raw)
+
+    def record_in_slices(self) -> dict[str, Any]:
+        """The finished call's record as its JSON object, for a record too big to build on the
+        event loop: its long texts and objects are ``orjson.Fragment``s encoded a slice at a
+        time (``rollcap._json``), so the thread building it lets others run between slices.
+
+        It hands the raw response over: the recorder holds it no more (a second build lacks it).
+        """
+        fragments: dict[str, orjson.Fragment] = {}
+        body = self._request_body
+        if body is not None:
+            request = _object_or_none(body)
+            if request is not None:
+                fragments["request"] = _object_fragment(body, request)
+            else:
+                fragments["request_raw"] = text_in_slices(body)
+        response: dict[str, Any] | None = None
+        if self._streaming:
+            # Handed over, so that it is let go as soon as its text is encoded.
+            stream, self._raw = self._raw, bytearray()
+            pieces = list(text_slices(stream))
+            del stream
+            fragments["response_raw"] = orjson.Fragment(b"".join(pieces))
+            del pieces
+        elif self._body_bytes or self.status_code is not None:
+            answer = b"".join(self._parts)
+            if self._body_bytes <= self._limit:
+                response = _object_or_none(answer)
+                if response is not None:
+                    fragments["response"] = _object_fragment(answer, response)
+                else:
+                    fragments["response_raw"] = text_in_slices(answer)
+        # The record's own fields, with placeholders where a fragment goes, so that each key
+        # keeps its place; then the fragments go in.
+        out = self._build(
+            None,
+            "" if "request_raw" in fragments else None,
+            response,
+            "" if "response_raw" in fragments else None,
+        ).to_json()
+        self.release()  # the reassembler's pieces: the response holds them joined now
+        rebuilt, out["response"] = out["response"], None
+        if self._streaming and rebuilt is not None:
+            fragments["response"] = encode_in_slices(rebuilt)
+        del rebuilt
+        out.update(fragments)
+        return out
+
+    def release(self) -> None:
+        """Let go of what the call kept (its raw response, its reassembly), once its record
+        is built: a call can outlive its record's building by the time it takes to write it."""
+        self._raw, self._parts, self._reassembler = bytearray(), [], None
+
+    def _answer(self) -> tuple[dict[str, Any] | None, str | None]:
+        """A non-streamed answer's object, or its text when it is not one; nothing when there
+        was no answer, or when it was too big to keep."""
+        if not (self._body_bytes or self.status_code is not None):
+            return None, None
+        if self._body_bytes > self._limit:
+            return None, None
+        return _json_object(b"".join(self._parts))
+
+    def _build(
+        self,
+        request: dict[str, Any] | None,
+        request_raw: str | None,
+        response: dict[str, Any] | None,
+        response_raw: str | None,
+    ) -> RawRecord:
+        if self._end is None:
+            raise RuntimeError(f"model call {self.model_call_id} is not finished")
+        self._flush()
+        end = self._end
+        failure = self._failure
+        flags: dict[str, bool] = {}
+        gaps = list(self._gaps)
+        if self._reassembler is not None:
+            result = self._reassembler.finish()
             response = result.response
-            response_raw = raw_body.decode("utf-8", errors="replace")
             flags["stream_error"] = result.outcome is StreamOutcome.ERROR
             flags["incomplete"] = result.outcome is StreamOutcome.INCOMPLETE
             # A stream the client abandoned was not truncated by upstream.
             flags["truncated"] = result.truncated and failure in (None, CallFailure.EXCEPTION)
-        elif raw_body or self.status_code is not None:
-            response, response_raw = _json_object(raw_body)
+            gaps += self._stream_gaps()
+        elif self._body_bytes or self.status_code is not None:
+            over = self._body_bytes > self._limit
             ok = self.status_code is not None and 200 <= self.status_code < 300
-            flags["parse_failed"] = ok and response is None and failure is None and bool(raw_body)
+            flags["parse_failed"] = (
+                ok and response is None and failure is None and bool(self._body_bytes) and not over
+            )
             if response is not None and self._dialect.name == "responses":
                 flags["incomplete"] = response.get("status") == "incomplete"
+            if over:
+                gaps.append(
+                    Gap(
+                        GAP_CAPTURE_OVER_LIMIT,
+                        f"response: a body of {self._body_bytes} bytes, over "
+                        f"capture_max_response_bytes={self._limit}, was not kept",
+                    )
+                )
         status = self.status_code
         if failure is CallFailure.EXCEPTION and status is None:
             status = 500  # what the client is answered
@@ -306,9 +495,33 @@ class CallRecorder:
             request_raw=request_raw,
             response_raw=response_raw,
             client_session_id=self._session_id,
-            gaps=[gap.to_dict() for gap in self._gaps] or None,
+            gaps=[gap.to_dict() for gap in gaps] or None,
             upstream_attempted=self._attempted,
             response_source=source,
             upstream_status_code=self._upstream_status,
             local_response_reason=None if reason is None else reason.value,
         )
+
+    def _stream_gaps(self) -> list[Gap]:
+        gaps: list[Gap] = []
+        if self._raw_cut:
+            gaps.append(
+                Gap(
+                    GAP_CAPTURE_OVER_LIMIT,
+                    f"response_raw: the first {self._limit} of {self._body_bytes} bytes "
+                    f"(capture_max_response_bytes)",
+                )
+            )
+        if self._reassembled_upto is not None or self._decoder.dropped_lines:
+            upto = self._body_bytes if self._reassembled_upto is None else self._reassembled_upto
+            dropped = self._decoder.dropped_lines
+            gaps.append(
+                Gap(
+                    GAP_CAPTURE_OVER_LIMIT,
+                    f"response: reassembled from the stream's first {upto} bytes, and its "
+                    f"terminal event, of {self._body_bytes} (capture_max_response_bytes="
+                    f"{self._limit})"
+                    + (f"; {dropped} lines longer than that were dropped" if dropped else ""),
+                )
+            )
+        return gaps

@@ -42,6 +42,7 @@ from rollcap.records import GAP_TOKEN_CAPTURE_FAILED
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import error_response, read_whole, upstream_error
 from rollcap.server._fresh import new_model_call_id
+from rollcap.server._middleware import request_body
 from rollcap.server._recorder import CallFailure, CallRecorder, LocalReason
 from rollcap.server._translating import Translation
 from rollcap.server._writer import RecordWriter
@@ -133,7 +134,7 @@ class StagedCalls:
         return dialect is not None and request.scope.get(SCOPE_ROLLOUT_ID_KEY) is not None
 
     def _admit(
-        self, request: Request, dialect: str, raw: bytes, recorder: CallRecorder | None
+        self, request: Request, dialect: str, raw: bytes | bytearray, recorder: CallRecorder | None
     ) -> _Call:
         try:
             client_request = orjson.loads(raw)
@@ -193,7 +194,7 @@ class StagedCalls:
         open_upstream: Opener,
     ) -> Response:
         try:
-            call = self._admit(request, dialect, await request.body(), recorder)
+            call = self._admit(request, dialect, await request_body(request), recorder)
         except _Refused as exc:
             if recorder is not None:
                 recorder.answered_locally(LocalReason.INVALID_REQUEST)

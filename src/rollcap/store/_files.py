@@ -314,6 +314,8 @@ class CaptureStore:
                 _fail(indexes, exc, results)
                 continue
             pending = Pending(b"".join([lines[i] for i in indexes]))
+            for i in indexes:
+                lines[i] = b""  # joined: held once, not twice, while the batch is written
             files.append(_FileBatch(path, indexes, handle, new, pending))
         created = [batch for batch in files if batch.created]
         if created or self._directory_unsynced:

@@ -3,7 +3,8 @@
 ``FakeUpstream`` is a real HTTP server on 127.0.0.1 that speaks the three dialects as the official
 SDKs expect them: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/chat/completions`` (OpenAI
 Chat Completions), ``POST /v1/messages`` (Anthropic Messages), plus ``GET /v1/models`` and
-``GET /health``. Each answers non-streamed or, with ``"stream": true``, as the API's SSE stream.
+``GET /health`` (``in_flight`` requests and ``open_connections``, its own included). Each answers
+non-streamed or, with ``"stream": true``, as the API's SSE stream.
 
     async with FakeUpstream() as upstream:          # or FakeUpstream.running_in_thread()
         client = openai.AsyncOpenAI(base_url=upstream.url + "/v1", api_key="x")
@@ -34,6 +35,10 @@ a scenario name, else ``text``:
 - ``stream_error``: the dialect's own mid-stream error event (non-streamed: 500, Anthropic 529).
 - ``hang``: no answer until the client leaves or the server stops. ``disconnect``: the connection
   closes without an answer.
+- ``endless``: a stream that never ends: its text delta (``x-fake-content-bytes`` of text, else a
+  short sentence) again and again, in writes of at least 16 KiB, as fast as the client reads
+  (or at ``x-fake-chunk-delay-ms``), until the client leaves or the server stops. Streamed only
+  (non-streamed: 400).
 
 Any scenario also takes ``x-fake-delay-ms`` (before the first byte), ``x-fake-chunk-delay-ms``
 (between stream events) and ``x-fake-cached-tokens`` (default: half the input tokens).

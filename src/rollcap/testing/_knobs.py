@@ -48,7 +48,7 @@ DEFAULT_TOOL_TURNS: Final = 2
 
 # Scenarios that complete (their stream ends with the dialect's terminal event).
 _COMPLETING = ("text", "tool", "tool_turns", "reasoning", "incomplete")
-_FAILING = ("malformed_json", "truncate", "stream_error", "hang", "disconnect")
+_FAILING = ("malformed_json", "truncate", "stream_error", "hang", "disconnect", "endless")
 _HTTP_ERRORS = ("http_400", "http_401", "http_404", "http_429", "http_500", "http_503")
 _REFUSING = ("context_length",)
 SCENARIOS: Final = _COMPLETING + _FAILING + _HTTP_ERRORS + _REFUSING

@@ -35,7 +35,7 @@ from rollcap.testing._knobs import (
     http_status,
     read_knobs,
 )
-from rollcap.testing._plan import plan_answer
+from rollcap.testing._plan import Plan, plan_answer
 from rollcap.testing._render import Frame, Renderer
 from rollcap.testing._render_chat import ChatRenderer
 from rollcap.testing._render_messages import MessagesRenderer
@@ -65,7 +65,8 @@ Headers = tuple[tuple[str, str], ...]
 @dataclass(frozen=True, slots=True)
 class Reply:
     """What to send. ``cut``: close the connection after ``body`` / ``events`` without finishing
-    the response; a cut body announces ``declared_length`` bytes and sends fewer."""
+    the response; a cut body announces ``declared_length`` bytes and sends fewer. ``repeat``:
+    after ``events``, send these bytes again and again until the client leaves."""
 
     kind: ReplyKind
     status: int = 200
@@ -76,6 +77,7 @@ class Reply:
     cut: bool = False
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0
+    repeat: bytes = b""
 
 
 _JSON = "application/json"
@@ -220,6 +222,23 @@ def _malformed(frames: Sequence[Frame], at: int) -> Frame:
     return (name, '{"type": "%s", "note": "this data line is not JSON"' % (name or "chunk"))
 
 
+# An endless stream repeats its text delta in writes of at least this many bytes.
+_ENDLESS_WRITE = 16 * 1024
+
+
+def _endless(renderer: Renderer, plan: Plan, body: Mapping[str, Any]) -> tuple[list[Frame], Frame]:
+    """The frames of a stream up to its first text delta, and that delta (to repeat).
+
+    Found without knowing the dialect: the stream of the answer's text said twice has one more
+    frame than the stream of it said once, and the first frame they differ at is the repeat.
+    """
+    text = plan.text or "word "
+    once = renderer.frames(replace(plan, text=text, text_pieces=(text,)), body)
+    twice = renderer.frames(replace(plan, text=text * 2, text_pieces=(text, text)), body)
+    at = next(i for i, (a, b) in enumerate(zip(once, twice, strict=False)) if a != b)
+    return twice[:at], twice[at]
+
+
 def _scenario_reply(dialect: str, body: Mapping[str, Any], knobs: Knobs, request_id: str) -> Reply:
     scenario = knobs.scenario
     if scenario == "hang":
@@ -236,6 +255,17 @@ def _scenario_reply(dialect: str, body: Mapping[str, Any], knobs: Knobs, request
         plan = plan_answer(dialect, body, knobs)
     except KnobError as exc:
         return error_reply(dialect, 400, request_id, str(exc))
+    if scenario == "endless":
+        if body.get("stream") is not True:
+            return error_reply(dialect, 400, request_id, "the endless scenario is a stream")
+        head, delta = _endless(renderer, plan, body)
+        encoded = renderer.encode([*head, delta])
+        return Reply(
+            ReplyKind.STREAM,
+            headers=_headers(dialect, request_id, _SSE),
+            events=encoded[:-1],
+            repeat=encoded[-1] * max(1, _ENDLESS_WRITE // len(encoded[-1])),
+        )
     if body.get("stream") is not True:
         if scenario == "stream_error":
             # Without a stream, failing mid-generation is an error status.

@@ -201,7 +201,9 @@ class FakeUpstream:
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         await self._receive(request)
-        return _json_response({"status": "ok"}, {})
+        # What another process needs to watch the fake: this connection is among the open ones.
+        counts = {"in_flight": self._in_flight, "open_connections": self.open_connections}
+        return _json_response({"status": "ok", **counts}, {})
 
     async def _receive(self, request: web.Request) -> bytes:
         raw = await request.read()
@@ -243,6 +245,10 @@ class FakeUpstream:
                     if index:
                         await self._pause(reply.chunk_delay_s)
                     await response.write(frame)
+                while reply.repeat:  # until the client leaves or the server stops
+                    await self._pause(reply.chunk_delay_s)
+                    await response.write(reply.repeat)
+                    await asyncio.sleep(0)  # a client that keeps up must not starve the rest
             if reply.cut:
                 return _drop(request, response)
             await response.write_eof()

@@ -233,6 +233,8 @@ async def environment(
             pass_client_credentials=settings.pass_client_credentials,
             external_staging=settings.external_staging,
             ledger_dir=settings.token_ledger_dir,
+            max_request_bytes=settings.max_request_bytes,
+            capture_max_response_bytes=settings.capture_max_response_bytes,
         )
     )
     resources_apps = []
@@ -274,7 +276,9 @@ async def environment(
     servers: list[ServerInfo] = []
     urls: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as stack:
-        urls[model.name] = await stack.enter_async_context(serving(model_app, host))
+        urls[model.name] = await stack.enter_async_context(
+            serving(model_app, host, header_timeout_s=settings.header_read_timeout_s)
+        )
         servers.append(ServerInfo(model.name, model.kind, model.type, urls[model.name]))
         for instance, app in resources_apps:
             urls[instance.name] = await stack.enter_async_context(serving(app, host))
