@@ -68,6 +68,7 @@ def _rollcap_imports(module: str) -> set[str]:
 # randomness. Everything else in rollcap is a shell around these.
 PURE = {
     "rollcap._json",
+    "rollcap.affinity",
     "rollcap.attachment",  # reads through the store it is handed, imports none
     "rollcap.conversation",
     "rollcap.ids",
