@@ -103,6 +103,7 @@ PURE = {
     "rollcap.staging._adapters",
     "rollcap.staging._digest",
     "rollcap.staging._records",
+    "rollcap.store._mounts",
     "rollcap.testing._knobs",
     "rollcap.testing._plan",
     "rollcap.testing._render",

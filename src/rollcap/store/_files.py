@@ -8,7 +8,9 @@ they never see half a line that is being written; a torn line left by a crash is
 ``read_available`` skips.
 
 A store keeps the files it appends to open, and threads appending to one file at the same time
-share one write and one fsync (``_group_commit``).
+share one write and one fsync (``_group_commit``). A cached descriptor whose file was removed or
+replaced under it (another process's ``reset``; on NFS a silly-renamed file, or ``ESTALE``) is
+found out under the lock and the record goes to the file at the path instead.
 
 Everything here blocks; async callers run it in a thread (the model server's ``RecordWriter``).
 """
@@ -16,6 +18,7 @@ Everything here blocks; async callers run it in a thread (the model server's ``R
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import sys
@@ -51,6 +54,8 @@ _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 # How many threads append_many syncs a batch's files in; each syncs its share one by one.
 _SYNC_LANES = 4
+# An append whose file keeps being removed or replaced under it gives up after this many tries.
+_STALE_RETRIES = 8
 
 
 class CaptureReadError(ValueError):
@@ -236,7 +241,7 @@ class CaptureStore:
                 return handle, False
         # Opening may create the file and sync the directory: not under the store-wide lock.
         fd, created = self._open_for_append(path, sync_new=sync_new)
-        handle = Handle(fd)
+        handle = Handle(fd, path)
         with self._lock:
             stale = [self._handles.pop(path, None)]  # retired, or opened by a racing thread
             self._handles[path] = handle
@@ -257,7 +262,7 @@ class CaptureStore:
         """Append one record durably; returns only after the line is fsynced."""
         path = self._file(rollout_id)
         line = _encode_line(record)
-        while True:
+        for _ in range(_STALE_RETRIES):
             handle, _ = self._checkout(path)
             outcome = commit(handle, Pending(line))
             if outcome is True:
@@ -269,6 +274,9 @@ class CaptureStore:
             self._drop(path, handle)
             if isinstance(outcome, BaseException):
                 raise outcome
+        raise OSError(
+            errno.ESTALE, f"{path} was removed or replaced {_STALE_RETRIES} times while appending"
+        )
 
     def append_many(
         self, items: Sequence[tuple[str, RawRecord | Mapping[str, Any]]]
