@@ -38,6 +38,8 @@ class CollectionSummary:
 
     ``rollouts`` counts the output file's lines (earlier runs' included when resuming),
     ``ran`` and ``failed`` this run's rollouts, ``skipped`` those an earlier run finished.
+    ``lost``: this run's rollouts written nowhere because what ran them died (collection across
+    a cluster); ``--resume`` runs them again.
     """
 
     output_path: Path
@@ -48,6 +50,7 @@ class CollectionSummary:
     failed: int
     skipped: int
     metrics: Mapping[str, Any]
+    lost: int = 0
 
     @property
     def mean_reward(self) -> float | None:

@@ -3,10 +3,17 @@
 The shape of one run::
 
     input lines --plan (lazy)--> workers (a fixed pool, one aiohttp session)
-        worker: clear + mark the rollout-attempt's capture -> POST /run -> read capture,
-                project, encode (in a thread) -> bounded queue
+        worker: journal the rollout-attempt (fsynced, in batches), clear + mark its capture
+                -> dispatch: POST /run -> read capture, project, encode (in a thread)
+                -> bounded queue
     queue --> one writer task: append + flush, in a thread
     end:  read the output back, sort it by (task, rollout), aggregate, write the metrics file
+
+Dispatch is ``run_rollout`` against the agent's URL, or what the caller hands in: collection
+across a cluster (``rollcap.cluster``) runs the same ``run_rollout`` on the nodes. A dispatch
+that comes back *lost* (its worker, node or model server died with it) wrote nothing: the
+rollout runs again at once under the next attempt id, up to ``lost_retries`` times, and is
+otherwise left to ``--resume``.
 
 Memory stays flat in the number of tasks: the plan is a generator over the input file, the
 workers hold one rollout each, the queue is bounded, and the final pass keeps four integers per
@@ -22,7 +29,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +40,7 @@ import orjson
 from rollcap._runtime.batch import BatchThread, call_each
 from rollcap.attachment import capture_attachment
 from rollcap.collect._aggregate import CollectionSummary, MetricsAccumulator
+from rollcap.collect._journal import DispatchJournal, dispatched_path
 from rollcap.collect._lines import (
     AgentAnswerError,
     check_agent_answer,
@@ -52,7 +61,7 @@ from rollcap.collect._plan import (
 )
 from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
 
-__all__ = ["ProgressCallback", "collect"]
+__all__ = ["Dispatch", "ProgressCallback", "RolloutOutcome", "collect", "run_rollout"]
 
 log = logging.getLogger("rollcap.collect")
 
@@ -66,17 +75,51 @@ run finished.
 _ERROR_BODY_LIMIT = 2000  # characters of a non-JSON error body kept in the failures file
 _OK, _FAILED = 0, 1
 _STOP = object()
+# What an agent answers when it could not reach its model server at all (the gym's agents).
+_MODEL_UNREACHABLE_STATUSES = (502, 504)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutOutcome:
+    """How one dispatch of a rollout ended, as plain data (it crosses process boundaries).
+
+    ``kind``: ``"ok"`` (``line`` is the output line), ``"failed"`` (``line`` is the failures
+    line) or ``"lost"`` (nothing to write: what ran it died; ``reason`` says what). Lines are
+    encoded, newline included. ``model_unreachable``: the agent failed because it could not
+    reach its model server, which a dispatcher may know to be dead.
+    """
+
+    kind: str
+    line: bytes = b""
+    reason: str = ""
+    model_unreachable: bool = False
+
+    OK = "ok"
+    FAILED = "failed"
+    LOST = "lost"
+
+    @classmethod
+    def lost(cls, reason: str) -> RolloutOutcome:
+        return cls(cls.LOST, reason=reason)
+
+
+Dispatch = Callable[[Rollout], Awaitable[RolloutOutcome]]
+"""Runs one rollout attempt somewhere and says how it ended; never raises for the rollout's
+own failures (those are ``"failed"`` outcomes). Its capture is already reset when called."""
 
 
 class _RolloutFailed(Exception):
-    def __init__(self, kind: str, message: str, **detail: Any) -> None:
+    def __init__(
+        self, kind: str, message: str, *, model_unreachable: bool = False, **detail: Any
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.detail = detail
+        self.model_unreachable = model_unreachable
 
 
 async def collect(
-    agent_url: str,
+    agent_url: str | None,
     input_path: str | os.PathLike[str],
     output_path: str | os.PathLike[str],
     *,
@@ -87,15 +130,24 @@ async def collect(
     resume: bool = False,
     progress: ProgressCallback | None = None,
     request_timeout: float | None = None,
+    dispatch: Dispatch | None = None,
+    lost_retries: int = 1,
 ) -> CollectionSummary:
     """Collect the rollouts of ``input_path`` from the agent at ``agent_url`` (its base URL).
 
     With ``capture_dir`` (the model servers' ``model_call_capture_dir``) each line gets
-    ``ng_model_call_capture`` and ``ng_trajectory``. Without ``resume`` the output and failures
-    files are started afresh; with it, rollouts the output already holds are skipped and the
-    others run again under a new attempt id. ``request_timeout`` bounds one ``/run`` call in
-    seconds (``None``: no bound). Bad input raises ``InputError`` before anything is dispatched.
+    ``ng_model_call_capture`` and ``ng_trajectory``, and every attempt is written to the
+    dispatch journal before it runs. Without ``resume`` the output, failures and journal files
+    are started afresh; with it, rollouts the output already holds are skipped and the others
+    run again under a new attempt id. ``request_timeout`` bounds one ``/run`` call in seconds
+    (``None``: no bound). ``dispatch`` replaces the call of ``agent_url`` (then ``None``); a
+    rollout it loses runs again at once under the next attempt id, at most ``lost_retries``
+    times. Bad input raises ``InputError`` before anything is dispatched.
     """
+    if (agent_url is None) == (dispatch is None):
+        raise ValueError("collect needs exactly one of agent_url and dispatch")
+    if lost_retries < 0:
+        raise ValueError(f"lost_retries must be at least 0, not {lost_retries}")
     if num_repeats < 1:
         raise ValueError(f"num_repeats must be at least 1, not {num_repeats}")
     if concurrency < 1:
@@ -104,6 +156,8 @@ async def collect(
         raise ValueError(f"limit must be at least 0, not {limit}")
     run = _Run(
         agent_url=agent_url,
+        dispatch=dispatch,
+        lost_retries=lost_retries,
         input_path=Path(input_path),
         output_path=Path(output_path),
         store=None if capture_dir is None else CaptureStore(capture_dir),
@@ -142,7 +196,9 @@ class _Run:
     def __init__(
         self,
         *,
-        agent_url: str,
+        agent_url: str | None,
+        dispatch: Dispatch | None,
+        lost_retries: int,
         input_path: Path,
         output_path: Path,
         store: CaptureStore | None,
@@ -153,10 +209,13 @@ class _Run:
         progress: ProgressCallback | None,
         request_timeout: float | None,
     ) -> None:
-        self.run_url = agent_url.rstrip("/") + "/run"
+        self.run_url = None if agent_url is None else agent_url.rstrip("/") + "/run"
+        self.dispatch = dispatch
+        self.lost_retries = lost_retries
         self.input_path = input_path
         self.output_path = output_path
         self.failures_path = failures_path(output_path)
+        self.journal = DispatchJournal(dispatched_path(output_path)) if store is not None else None
         self.metrics_path = aggregate_metrics_path(output_path)
         self.store = store
         self.limit = limit
@@ -168,11 +227,14 @@ class _Run:
         self.total = 0
         self.done = 0
         self.failed = 0
+        self.lost = 0
         # The capture's file work of every rollout (clear before, read after) goes through one
         # thread in batches: a thread-pool hand-off per rollout can cost more than the work.
         self.io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(
             call_each, "rollcap-collect-io"
         )
+        # Attempts are journaled in batches: one write and one fsync for all that start at once.
+        self.starts: BatchThread[Rollout, None] = BatchThread(self._start_all, "rollcap-start")
         # Bounded, so that a slow disk holds the workers back instead of growing memory.
         self.queue: asyncio.Queue[tuple[int, bytes] | object] = asyncio.Queue(2 * concurrency)
 
@@ -195,6 +257,7 @@ class _Run:
             failed=self.failed,
             skipped=skipped,
             metrics=metrics,
+            lost=self.lost,
         )
 
     def _report(self) -> None:
@@ -211,11 +274,13 @@ class _Run:
         self.output_path.parent.mkdir(parents=True, exist_ok=True)
         if self.store is not None:
             self.store.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        journal = dispatched_path(self.output_path)
         if not self.resume:
             self.output_path.write_bytes(b"")
             self.failures_path.unlink(missing_ok=True)
+            journal.unlink(missing_ok=True)
             return None
-        for path in (self.output_path, self.failures_path):
+        for path in (self.output_path, self.failures_path, journal):
             _cut_torn_tail(path)
         names: list[str] = []
         if self.store is not None:
@@ -227,7 +292,8 @@ class _Run:
         with contextlib.ExitStack() as stack:
             output = _lines_of(stack, self.output_path)
             failures = _lines_of(stack, self.failures_path)
-            state = ResumeState.from_files(output, failures, names)
+            dispatched = _lines_of(stack, journal)
+            state = ResumeState.from_files(output, failures, names, dispatched)
         if state.bad_output_lines:
             log.warning(
                 "%s: %d lines are not rollout lines; their rollouts run again",
@@ -244,11 +310,18 @@ class _Run:
             aiohttp.ClientSession(connector=connector, timeout=self.timeout) as session,
             _Writer(self.output_path, self.failures_path) as writer,
         ):
+            dispatch = self.dispatch
+            if dispatch is None:
+                assert self.run_url is not None
+                run_url = self.run_url
+
+                async def dispatch(rollout: Rollout) -> RolloutOutcome:
+                    return await run_rollout(session, run_url, rollout, self.store, self.io)
 
             async def work() -> None:
                 # next() never awaits, so the workers can share one generator.
                 for rollout in plan:
-                    await self._run_one(session, rollout)
+                    await self._run_one(dispatch, rollout)
 
             async def workers() -> None:
                 async with asyncio.TaskGroup() as group:
@@ -262,51 +335,40 @@ class _Run:
                     group.create_task(workers())
             finally:
                 await asyncio.to_thread(self.io.close)
+                await asyncio.to_thread(self.starts.close)
+                if self.journal is not None:
+                    self.journal.close()
 
-    async def _run_one(self, session: aiohttp.ClientSession, rollout: Rollout) -> None:
-        if self.store is not None:
-            await self.io.submit((_start_capture, (self.store, rollout.rollout_id)))
-        try:
-            answer = await self._call_agent(session, rollout)
-        except _RolloutFailed as exc:
-            line = failure_line(rollout, exc.kind, str(exc), **exc.detail)
-            await self.queue.put((_FAILED, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)))
+    async def _run_one(self, dispatch: Dispatch, rollout: Rollout) -> None:
+        for retry in range(self.lost_retries + 1):
+            if retry:
+                rollout = replace(rollout, attempt_index=rollout.attempt_index + 1)
+            if self.store is not None:
+                await self.starts.submit(rollout)
+            outcome = await dispatch(rollout)
+            if outcome.kind != RolloutOutcome.LOST:
+                break
+            log.warning("rollout %s was lost: %s", rollout.rollout_id, outcome.reason)
+        if outcome.kind == RolloutOutcome.OK:
+            await self.queue.put((_OK, outcome.line))
+        elif outcome.kind == RolloutOutcome.FAILED:
+            await self.queue.put((_FAILED, outcome.line))
             self.failed += 1
         else:
-            if self.store is None:  # nothing to read: encoding alone does not need a thread
-                data = _encode_rollout(None, rollout, answer)
-            else:
-                data = await self.io.submit((_encode_rollout, (self.store, rollout, answer)))
-            await self.queue.put((_OK, data))
+            # Written nowhere: a resumed run gives it the attempt after this one.
+            self.lost += 1
         self.done += 1
         self._report()
 
-    async def _call_agent(self, session: aiohttp.ClientSession, rollout: Rollout) -> dict[str, Any]:
-        body = orjson.dumps(rollout.run_body())
+    def _start_all(self, rollouts: list[Rollout]) -> Sequence[BaseException | None]:
+        """Journal a batch of attempts (one write, one fsync), then clear + mark each capture."""
+        assert self.journal is not None
+        assert self.store is not None
         try:
-            async with session.post(
-                self.run_url, data=body, headers={"content-type": "application/json"}
-            ) as response:
-                status = response.status
-                raw = await response.read()
-        except TimeoutError:
-            raise _RolloutFailed("timeout", "the agent did not answer in time") from None
-        except aiohttp.ClientError as exc:
-            raise _RolloutFailed("connection", f"{type(exc).__name__}: {exc}") from None
-        if not 200 <= status < 300:
-            raise _RolloutFailed(
-                "agent_error", f"the agent answered HTTP {status}", status=status, body=_body(raw)
-            )
-        try:
-            answer = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise _RolloutFailed(
-                "bad_json", f"the agent's answer is not JSON ({exc})", body=_body(raw)
-            ) from None
-        try:
-            return check_agent_answer(answer)
-        except AgentAnswerError as exc:
-            raise _RolloutFailed("bad_answer", str(exc)) from None
+            self.journal.record(rollouts)
+        except Exception as exc:
+            return [exc] * len(rollouts)
+        return call_each([(_start_capture, (self.store, r.rollout_id)) for r in rollouts])
 
     # -- after: sort and aggregate (blocking, run in a thread) --
 
@@ -402,11 +464,82 @@ class _Writer:
             handle.flush()
 
 
+async def run_rollout(
+    session: aiohttp.ClientSession,
+    run_url: str,
+    rollout: Rollout,
+    store: CaptureStore | None,
+    io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any],
+) -> RolloutOutcome:
+    """POST the rollout to an agent's ``/run`` and build its line: an ``"ok"`` or ``"failed"``
+    outcome. ``store``: the capture to attach (read, projected and encoded through ``io``)."""
+    try:
+        answer = await _call_agent(session, run_url, rollout)
+    except _RolloutFailed as exc:
+        line = failure_line(rollout, exc.kind, str(exc), **exc.detail)
+        return RolloutOutcome(
+            RolloutOutcome.FAILED,
+            orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE),
+            model_unreachable=exc.model_unreachable,
+        )
+    if store is None:  # nothing to read: encoding alone does not need a thread
+        data = _encode_rollout(None, rollout, answer)
+    else:
+        data = await io.submit((_encode_rollout, (store, rollout, answer)))
+    return RolloutOutcome(RolloutOutcome.OK, data)
+
+
+async def _call_agent(
+    session: aiohttp.ClientSession, run_url: str, rollout: Rollout
+) -> dict[str, Any]:
+    body = orjson.dumps(rollout.run_body())
+    try:
+        async with session.post(
+            run_url, data=body, headers={"content-type": "application/json"}
+        ) as response:
+            status = response.status
+            raw = await response.read()
+    except TimeoutError:
+        raise _RolloutFailed("timeout", "the agent did not answer in time") from None
+    except aiohttp.ClientError as exc:
+        raise _RolloutFailed("connection", f"{type(exc).__name__}: {exc}") from None
+    if not 200 <= status < 300:
+        error_body = _body(raw)
+        raise _RolloutFailed(
+            "agent_error",
+            f"the agent answered HTTP {status}",
+            model_unreachable=_model_unreachable(status, error_body),
+            status=status,
+            body=error_body,
+        )
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _RolloutFailed(
+            "bad_json", f"the agent's answer is not JSON ({exc})", body=_body(raw)
+        ) from None
+    try:
+        return check_agent_answer(answer)
+    except AgentAnswerError as exc:
+        raise _RolloutFailed("bad_answer", str(exc)) from None
+
+
+def _model_unreachable(status: int, body: Any) -> bool:
+    """An agent's error that says its model server gave no answer at all (no ``status``)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return (
+        status in _MODEL_UNREACHABLE_STATUSES
+        and isinstance(error, dict)
+        and error.get("server") == "model"
+        and "status" not in error
+    )
+
+
 def _start_capture(store: CaptureStore, rollout_id: str) -> None:
     """Clear the rollout-attempt's capture, and leave its empty file as the attempt's mark.
 
-    The empty file tells a resumed run this attempt was dispatched (see ``_plan``); to readers
-    it is a rollout with no calls yet.
+    The journal says this attempt was dispatched; the empty file says so to a resumed run
+    that has no journal (see ``_plan``); to readers it is a rollout with no calls yet.
     """
     store.reset(rollout_id)
 
