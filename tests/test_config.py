@@ -123,3 +123,16 @@ def test_token_capture_settings_are_validated_and_the_ledger_defaults_to_the_cap
     )
     assert moved.token_ledger_dir == tmp_path / "l"
     assert RunSettings.from_config({}).external_staging is False
+
+
+def test_policy_base_url_may_list_several_upstreams() -> None:
+    def settings(value: object) -> object:
+        return RunSettings.from_config({"policy_base_url": value}).policy_base_url
+
+    assert settings("http://a") == "http://a"
+    assert settings(["http://a", "http://b"]) == ("http://a", "http://b")
+    assert settings(["http://a"]) == "http://a"
+    assert settings(None) is None
+    for bad in ([], ["http://a", 3], "", 5):
+        with pytest.raises(ConfigError, match="policy_base_url must be a URL or a non-empty list"):
+            settings(bad)

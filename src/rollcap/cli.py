@@ -269,7 +269,11 @@ def _serve_model(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)
     capture = settings.capture_dir or "off"
     upstream = (
-        "the embedded model" if args.model_type == "local_model" else settings.policy_base_url
+        "the embedded model"
+        if args.model_type == "local_model"
+        else ", ".join(settings.policy_base_url or ())
+        if isinstance(settings.policy_base_url, tuple)
+        else settings.policy_base_url
     )
 
     async def run() -> None:

@@ -28,6 +28,7 @@ from rollcap._proxy.forward import (
     relay,
 )
 from rollcap._proxy.relay import StreamResponse
+from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import error_body, failure_answer, json_response, read_whole
 from rollcap.server._fresh import new_model_call_id
 from rollcap.server._middleware import (
@@ -55,7 +56,7 @@ class ModelServerSettings:
     """One model server. ``capture_dir`` None means capture off (the prefix is still stripped)."""
 
     model_type: str
-    base_url: str | None
+    base_url: str | tuple[str, ...] | None  # several: each rollout sticks to one
     api_key: str | None = None
     name: str = "policy_model"
     capture_dir: Path | None = None
@@ -135,7 +136,7 @@ class _Forwarder:
         """The upstream's response, or the server's own error answer when there is none."""
         assert self.session is not None, "the server's lifespan did not start"
         headers = self.backend.headers(request.headers.items())
-        url = self.backend.url_for(path)
+        url = self.backend.url_for(path, request.scope.get(SCOPE_ROLLOUT_ID_KEY))
         try:
             return await open_upstream(self.session, request.method, url, body, headers)
         except UpstreamFailure as failure:

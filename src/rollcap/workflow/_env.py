@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rollcap._runtime.serving import serving
-from rollcap.config import ConfigError, RunSettings, redact
+from rollcap.config import ConfigError, RunSettings, base_urls, redact
 from rollcap.gym import AGENTS, RESOURCES_SERVERS, AgentSettings, create_agent_app
 from rollcap.gym import create_resources_app as _resources_app
 from rollcap.server import ModelServerSettings, create_model_app
@@ -226,7 +226,10 @@ async def environment(
     model_app = create_model_app(
         ModelServerSettings(
             model_type=model.type,
-            base_url=model.settings.get("policy_base_url", settings.policy_base_url),
+            base_url=base_urls(
+                f"{model.name}.policy_base_url",
+                model.settings.get("policy_base_url", settings.policy_base_url),
+            ),
             api_key=model.settings.get("policy_api_key", settings.policy_api_key),
             name=model.name,
             capture_dir=settings.capture_dir,
