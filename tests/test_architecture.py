@@ -208,7 +208,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rollcap.report",
         ),
     ),
-    ("the evaluation workflow", ("rollcap.workflow",)),
+    ("the evaluation workflow", ("rollcap.workflow", "rollcap.cluster")),
     ("entry points and the public API", ("rollcap.cli", "rollcap.demo", "rollcap")),
 ]
 

@@ -100,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--agent", help="default: the built-in agent of the resources server")
     start.add_argument("--host", default="127.0.0.1")
     start.add_argument("--head-port", type=int, default=11000)
+    _ray_arguments(start)
     _config_arguments(start)
 
     evaluation = commands.add_parser("eval", help="collect rollouts")
@@ -120,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         "--head-url", help="with --no-serve: the head server (default 127.0.0.1:11000)"
     )
     run.add_argument("--head-port", type=int, default=11000, help="without --no-serve")
+    _ray_arguments(run)
     _config_arguments(run)
 
     submit = eval_commands.add_parser(
@@ -163,6 +165,48 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--host", default="127.0.0.1")
     view.add_argument("--port", type=int, default=0, help="default: any free port")
     return parser
+
+
+def _ray_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run on a Ray cluster (default: the one Ray finds from this host); needs "
+        "rollcap[ray]. Config: the ray section (docs/scale-out.md)",
+    )
+    parser.add_argument(
+        "--replicas", type=_positive, metavar="N", help="with --ray: model-server replicas"
+    )
+
+
+def _cluster_settings(args: argparse.Namespace, config: dict[str, Any]) -> Any:
+    """The ``ClusterSettings`` of ``--ray`` and the ``ray`` config section, or None."""
+    from rollcap.cluster import ClusterSettings
+
+    overrides: dict[str, Any] = {"replicas": args.replicas}
+    if args.ray is not None:
+        overrides.update(enabled=True, address=args.ray or None)
+    cluster = ClusterSettings.from_config(config, **overrides)
+    if not cluster.enabled:
+        if args.replicas is not None:
+            raise ConfigError("--replicas runs replicas on a Ray cluster: add --ray")
+        return None
+    from rollcap.cluster import require_ray
+
+    require_ray()  # without the extra: one line naming the install, before anything starts
+    return cluster
+
+
+def _check_capture(settings: RunSettings) -> None:
+    """The capture directory's start-up check (the lock probe) on one host; warnings logged."""
+    if settings.capture_dir is None:
+        return
+    from rollcap.store import check_capture_dir
+
+    for warning in check_capture_dir(settings.capture_dir):
+        logging.getLogger("rollcap").warning("%s", warning)
 
 
 def _size(text: str) -> int:
@@ -255,6 +299,7 @@ def _serve_model(args: argparse.Namespace) -> int:
     from rollcap.server import ModelServerSettings, create_model_app
 
     settings = RunSettings.from_config(load_config(args.config, args.overrides))
+    _check_capture(settings)
     app = create_model_app(
         ModelServerSettings(
             model_type=args.model_type,
@@ -356,6 +401,9 @@ def _eval_run(args: argparse.Namespace) -> int:
     from rollcap.workflow import EvalRequest, Progress, format_summary, run_eval
 
     config = load_config(args.config, args.overrides)
+    cluster = _cluster_settings(args, config)
+    if cluster is None:
+        _check_capture(RunSettings.from_config(config))
     request = EvalRequest(
         agent=args.agent,
         input_path=args.input,
@@ -368,6 +416,7 @@ def _eval_run(args: argparse.Namespace) -> int:
         model_type=args.model_type,
         head_url=args.head_url,
         head_port=args.head_port,
+        ray=cluster,
     )
     progress = Progress()
     try:
@@ -395,19 +444,36 @@ def _env_start(args: argparse.Namespace) -> int:
     from rollcap.workflow import environment
 
     config = load_config(args.config, args.overrides)
-    RunSettings.from_config(config)  # a bad configuration starts nothing
+    settings = RunSettings.from_config(config)  # a bad configuration starts nothing
+    cluster = _cluster_settings(args, config)
+    if cluster is None:
+        _check_capture(settings)
+    options = {
+        "model_type": args.model_type,
+        "resources_server": args.resources_server,
+        "agent": args.agent,
+        "host": args.host,
+        "head_port": args.head_port,
+    }
 
     async def run() -> None:
-        async with environment(
-            config,
-            model_type=args.model_type,
-            resources_server=args.resources_server,
-            agent=args.agent,
-            host=args.host,
-            head_port=args.head_port,
-        ) as env:
+        async with contextlib.AsyncExitStack() as stack:
+            replicas = None
+            if cluster is None:
+                env = await stack.enter_async_context(environment(config, **options))
+            else:
+                from rollcap.cluster import cluster_environment
+
+                on_cluster = await stack.enter_async_context(
+                    cluster_environment(config, cluster, **options)
+                )
+                env, replicas = on_cluster.environment, on_cluster.replicas
             for server in env.servers:
                 print(f"{server.kind:<22} {server.name:<20} {server.type:<18} {server.url}")
+            for replica in [] if replicas is None else replicas.live():
+                print(
+                    f"{'  replica':<22} {replica.name:<20} {replica.node_id[:16]:<18} {replica.url}"
+                )
             print(f"head server on {env.head_url} (GET /servers, GET /config)", flush=True)
             _freeze_startup()
             await asyncio.Event().wait()
