@@ -27,7 +27,6 @@ def test_defaults_then_the_ray_section_then_overrides() -> None:
     [
         ({"replicas": 0}, "ray.replicas must be an integer of at least 1"),
         ({"workers_per_node": True}, "ray.workers_per_node"),
-        ({"worker_concurrency": "8"}, "ray.worker_concurrency"),
         ({"lost_retries": -1}, "ray.lost_retries must be an integer of at least 0"),
         ({"enabled": "yes"}, "ray.enabled must be true or false"),
         ({"address": ""}, "ray.address must be a non-empty string"),

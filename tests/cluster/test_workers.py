@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 
@@ -15,6 +16,7 @@ pytest.importorskip("ray")
 from rollcap._runtime.serving import serving
 from rollcap.cluster import RolloutWorker, WorkerPool
 from rollcap.cluster._actors import Member
+from rollcap.cluster._wire import decode_outcome, encode_request
 from rollcap.cluster._workers import AGENT_TARGET, REPLICA_TARGET
 from rollcap.collect import CAPTURE_KEY, Rollout, RolloutOutcome
 from rollcap.gym import example_data_path
@@ -52,10 +54,12 @@ def _config(capture: Path) -> dict[str, Any]:
 async def test_a_worker_runs_its_agent_against_the_replica_it_is_given(tmp_path: Path) -> None:
     capture = tmp_path / "calls"
     async with model_servers(capture, 2) as replicas:
-        worker = RolloutWorker(str(capture), _config(capture), PLAN, "mcqa_simple_agent", 30)
+        worker = RolloutWorker(
+            str(capture), _config(capture), PLAN, "mcqa_simple_agent", 30, "127.0.0.1"
+        )
         started = await worker.start()
         try:
-            assert set(started) == {"node_id", "warnings"}
+            assert set(started) == {"url", "node_id", "warnings"}
             outcomes = []
             for task_index, replica in enumerate([replicas[0], replicas[1], replicas[0]]):
                 rollout = Rollout(task_index, 0, 0, _task())
@@ -74,15 +78,26 @@ async def test_a_worker_runs_its_agent_against_the_replica_it_is_given(tmp_path:
 
 
 async def test_a_worker_reports_failures_as_lines_never_as_exceptions(tmp_path: Path) -> None:
-    worker = RolloutWorker(None, None, {}, None, 5)
-    assert set(await worker.start()) == {"node_id", "warnings"}
+    worker = RolloutWorker(None, None, {}, None, 5, "127.0.0.1")
+    started = await worker.start()
     rollout = Rollout(0, 0, 0, {})
     try:
         unreachable = await worker.run(rollout, AGENT_TARGET, "http://127.0.0.1:9")
         # A worker without an agent of its own cannot be sent to a replica: its own error.
         broken = await worker.run(rollout, REPLICA_TARGET, "http://127.0.0.1:9")
+        # The same over its POST /rollout, as the driver sends it.
+        async with aiohttp.ClientSession() as session:
+            body = encode_request(rollout, AGENT_TARGET, "http://127.0.0.1:9")
+            async with session.post(started["url"] + "/rollout", data=body) as answer:
+                assert answer.status == 200
+                served = decode_outcome(answer.headers, await answer.read())
+            async with session.post(started["url"] + "/rollout", data=b"[]") as answer:
+                assert answer.status == 400
+                assert await answer.text() == "the body must be a JSON object"
     finally:
         await worker.stop()
+    assert served.kind == RolloutOutcome.FAILED
+    assert orjson.loads(served.line)["error"]["kind"] == "connection"
     assert unreachable.kind == RolloutOutcome.FAILED
     assert orjson.loads(unreachable.line)["error"]["kind"] == "connection"
     assert broken.kind == RolloutOutcome.FAILED
@@ -90,7 +105,7 @@ async def test_a_worker_reports_failures_as_lines_never_as_exceptions(tmp_path: 
 
 
 async def test_a_worker_that_cannot_start_says_why(tmp_path: Path) -> None:
-    worker = RolloutWorker(None, _config(tmp_path), PLAN, "no_such_agent", None)
+    worker = RolloutWorker(None, _config(tmp_path), PLAN, "no_such_agent", None, "127.0.0.1")
     assert "no agent named 'no_such_agent'" in (await worker.start())["error"]
     await worker.stop()
 

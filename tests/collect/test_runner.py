@@ -28,6 +28,7 @@ from rollcap.collect import (
     collect,
     dispatched_path,
     failures_path,
+    http_agent,
     run_rollout,
 )
 from rollcap.records import GAP_NO_RECORDS, GAP_TRAJECTORY_PROJECTION_FAILED
@@ -384,7 +385,8 @@ class _LosingDispatch:
             self.store.append(rollout.rollout_id, fake_record(rollout.rollout_id, 0))
             return RolloutOutcome.lost("the worker died")
         async with aiohttp.ClientSession() as session:
-            return await run_rollout(session, self.agent.url + "/run", rollout, self.store, self.io)
+            agent = http_agent(session, self.agent.url + "/run")
+            return await run_rollout(agent, rollout, self.store, self.io)
 
 
 @pytest.mark.parametrize("lost_retries", [0, 1, 2])
@@ -475,7 +477,9 @@ async def test_a_failure_says_when_the_agent_could_not_reach_its_model(
         serving(Starlette(routes=[Route("/run", run, methods=["POST"])])) as url,
         aiohttp.ClientSession() as session,
     ):
-        outcome = await run_rollout(session, url + "/run", Rollout(0, 0, 0, {}), None, io)
+        outcome = await run_rollout(
+            http_agent(session, url + "/run"), Rollout(0, 0, 0, {}), None, io
+        )
     await asyncio.to_thread(io.close)
     assert outcome.kind == RolloutOutcome.FAILED
     assert outcome.model_unreachable is unreachable

@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+import ray
 
 __all__ = [
     "ACTOR_OPTIONS",
@@ -32,6 +33,7 @@ __all__ = [
     "error_text",
     "kill_all",
     "mark_dead",
+    "node_address",
     "placed_on",
     "start_errors",
     "verdict",
@@ -82,6 +84,12 @@ def alive_nodes() -> list[str]:
     """The ids of the cluster's alive nodes, in a stable order."""
     nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
     return sorted(node["NodeID"] for node in nodes if node.get("Alive"))
+
+
+def node_address() -> str:
+    """The address of this process's node, as Ray knows it."""
+    address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return address
 
 
 def current_node() -> str:

@@ -1,40 +1,47 @@
 """The driver's dispatch of one rollout attempt to the cluster (a ``rollcap.collect.Dispatch``).
 
 For each attempt: the replica it sticks to (``ReplicaSet.choose``, over the live replicas),
-the least busy worker on that replica's node (else anywhere), one actor call, its outcome. Ray
-never retries the call (``max_task_retries=0``). Whatever Ray reports instead of an answer
-(the worker, its node or the call died, or was cancelled) is a *lost* outcome: written nowhere,
-and ``collect`` runs the rollout again under the next attempt id.
+the least busy worker on that replica's node (else anywhere), one ``POST /rollout`` to it
+(``_wire``), its outcome. Nothing retries it. What ends it without an outcome is a *lost*
+outcome, written nowhere, and ``collect`` runs the rollout again under the next attempt id:
 
-A replica's death is lost work too: its rollouts in flight are cancelled when Ray declares it
-dead, and a rollout whose agent could not reach its replica is lost once the replica is found
-dead (else it is the failure the agent reported). Without replicas (``--no-serve``) every
-attempt goes to the environment's agent and only a worker's death loses it.
+- the connection to the worker breaks (its process or node died): Ray's verdict on the worker,
+  and on the replica of its node, is awaited first, so the next attempt is not sent to the same
+  dying node;
+- Ray declares the worker or the rollout's replica dead while the attempt runs (a node that
+  stopped answering but whose processes, and connections, live on): the attempt is given up;
+- the agent could not reach its replica, and the replica is found dead (else that is the
+  failure the agent reported).
 
-Before a lost outcome returns, Ray's verdict on the worker (and on the replica of its node) is
-awaited, so the next attempt goes to what is still alive rather than to the same dying node.
+Without replicas (``--no-serve``) every attempt goes to the environment's agent and only a
+worker's death loses it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 
+import aiohttp
 import orjson
-import ray
 
 from rollcap.cluster._actors import Member, error_text, verdict
 from rollcap.cluster._replicas import ReplicaSet
+from rollcap.cluster._wire import ROLLOUT_PATH, decode_outcome, encode_request
 from rollcap.cluster._workers import AGENT_TARGET, REPLICA_TARGET, WorkerPool
 from rollcap.collect import Rollout, RolloutOutcome, failure_line
 
 __all__ = ["RayDispatch"]
 
 log = logging.getLogger("rollcap.cluster")
+_CONNECT_TIMEOUT_S = 30.0
 
 
 class RayDispatch:
-    """``await dispatch(rollout)``: run one attempt on the cluster; its ``RolloutOutcome``."""
+    """``await dispatch(rollout)``: run one attempt on the cluster; its ``RolloutOutcome``.
+
+    Use on one event loop; ``await close()`` at the end.
+    """
 
     def __init__(
         self,
@@ -47,20 +54,45 @@ class RayDispatch:
         self.workers = workers
         self.replicas = replicas
         self.agent_url = agent_url
-        # The calls in flight per replica, to cancel when it dies.
-        self._in_flight: dict[str, set[ray.ObjectRef[RolloutOutcome]]] = {}
+        # The attempts in flight per worker and per replica, to give up when one dies.
+        self._in_flight: dict[str, set[asyncio.Future[RolloutOutcome]]] = {}
+        self._session: aiohttp.ClientSession | None = None
         self.dispatched = 0
         self.lost = 0
+        for member in workers.members:
+            member.on_death = self._died
         if replicas is not None:
-            replicas.on_death(self._replica_died)
+            replicas.on_death(self._died)
 
-    def _replica_died(self, member: Member) -> None:
-        refs = self._in_flight.pop(member.name, set())
-        if refs:
-            log.warning("%s died: giving up its %d rollouts in flight", member.name, len(refs))
-        for ref in refs:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
+    def _died(self, member: Member) -> None:
+        calls = self._in_flight.pop(member.name, set())
+        if calls:
+            log.warning("%s died: giving up its %d rollouts in flight", member.name, len(calls))
+        for call in calls:
+            call.cancel()
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # No total timeout: a rollout takes as long as it takes; a dead worker is Ray's call.
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=_CONNECT_TIMEOUT_S)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _post(self, worker: Member, body: bytes) -> RolloutOutcome:
+        async with self._client().post(
+            worker.url + ROLLOUT_PATH, data=body, headers={"content-type": "application/json"}
+        ) as answer:
+            data = await answer.read()
+            if answer.status != 200:
+                raise ValueError(f"{worker.name} answered {answer.status}: {data[:200]!r}")
+            return decode_outcome(answer.headers, data)
 
     async def __call__(self, rollout: Rollout) -> RolloutOutcome:
         replica: Member | None = None
@@ -73,38 +105,51 @@ class RayDispatch:
             assert self.agent_url is not None
             target_kind, target = AGENT_TARGET, self.agent_url
         worker = self.workers.pick(None if replica is None else replica.node_id)
-        ref = worker.handle.run.remote(rollout, target_kind, target)
-        flying = None if replica is None else self._in_flight.setdefault(replica.name, set())
-        if flying is not None:
-            flying.add(ref)
+        call = asyncio.ensure_future(
+            self._post(worker, encode_request(rollout, target_kind, target))
+        )
+        holders = [worker] if replica is None else [worker, replica]
+        for holder in holders:
+            self._in_flight.setdefault(holder.name, set()).add(call)
         worker.in_flight += 1
         self.dispatched += 1
         try:
-            outcome: RolloutOutcome = await ref
-        except ray.exceptions.RayTaskError as exc:
-            # The worker's own code raised past its guard: a failure of this rollout, not a death.
-            line = failure_line(rollout, "worker_error", error_text(exc))
-            return RolloutOutcome(
-                RolloutOutcome.FAILED, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
-            )
-        except ray.exceptions.RayError as exc:
-            self.lost += 1
-            reason = f"{worker.name}: {error_text(exc)}"
+            # wait() leaves the call's own cancellation (a death) to be read below, while this
+            # task's cancellation still ends the wait.
+            await asyncio.wait({call})
+        finally:
+            if not call.done():
+                call.cancel()
+            worker.in_flight -= 1
+            for holder in holders:
+                self._in_flight.get(holder.name, set()).discard(call)
+        if call.cancelled():
+            dead = ", ".join(m.name for m in holders if not m.alive)
+            return self._lose(f"{dead or worker.name} died while it ran")
+        error = call.exception()
+        if isinstance(error, aiohttp.ClientError | OSError):
+            reason = f"{worker.name}: {error_text(error)}"
             alive = await verdict(worker)
             if not alive and replica is not None and replica.node_id == worker.node_id:
                 await verdict(replica)
-            return RolloutOutcome.lost(reason)
-        finally:
-            worker.in_flight -= 1
-            if flying is not None:
-                flying.discard(ref)
+            return self._lose(reason)
+        if isinstance(error, ValueError):
+            line = failure_line(rollout, "worker_error", str(error))
+            return RolloutOutcome(
+                RolloutOutcome.FAILED, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+            )
+        if error is not None:
+            raise error
+        outcome = call.result()
         if (
             outcome.kind == RolloutOutcome.FAILED
             and outcome.model_unreachable
             and replica is not None
-            and self.replicas is not None
-            and not await self.replicas.is_alive(replica)
+            and not await verdict(replica)
         ):
-            self.lost += 1
-            return RolloutOutcome.lost(f"its model-server replica {replica.name} died")
+            return self._lose(f"its model-server replica {replica.name} died")
         return outcome
+
+    def _lose(self, reason: str) -> RolloutOutcome:
+        self.lost += 1
+        return RolloutOutcome.lost(reason)

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import ray
-
 from rollcap._runtime.serving import serving
 from rollcap.cluster._actors import alive_nodes, current_node
 from rollcap.cluster._dispatch import RayDispatch
@@ -213,12 +212,13 @@ async def cluster_collection(
                 plan_args=plan_args,
                 agent=agent,
                 request_timeout=request_timeout,
-                concurrency=cluster.worker_concurrency,
+                host=cluster.host,
             )
             stack.push_async_callback(workers.stop)
             if capture_dir is not None:
                 await asyncio.to_thread(_check_capture_dir, capture_dir, workers)
             dispatch = RayDispatch(workers, replicas=replicas, agent_url=agent_url)
+            stack.push_async_callback(dispatch.close)
             yield ClusterRun(dispatch, workers, replicas, model_url)
 
 

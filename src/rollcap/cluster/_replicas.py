@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
-
 from rollcap._runtime.serving import serving
 from rollcap.affinity import choose_replica
 from rollcap.cluster._actors import (
@@ -28,6 +27,7 @@ from rollcap.cluster._actors import (
     Member,
     current_node,
     kill_all,
+    node_address,
     placed_on,
     start_errors,
     verdict,
@@ -67,7 +67,7 @@ class ModelReplica:
                     check_capture_dir, self.settings.capture_dir, shared=True
                 )
             self.app = create_model_app(self.settings)
-            host = self.host or _node_address()
+            host = self.host or node_address()
             self.url = await self.stack.enter_async_context(serving(self.app, host))
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
@@ -95,11 +95,6 @@ class ModelReplica:
         await self.stack.aclose()
         if self.stopped is not None:
             self.stopped.set()
-
-
-def _node_address() -> str:
-    address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-    return address
 
 
 class ReplicaSet:

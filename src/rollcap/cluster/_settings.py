@@ -10,10 +10,9 @@ Config keys (``ray: {...}``; the command-line options win):
   on this host through ``RAY_ADDRESS`` or ``ray start``, else a local one);
 - ``replicas`` (1): model-server replicas, spread over the nodes one by one;
 - ``workers_per_node`` (1): rollout workers on each node (``eval run``);
-- ``worker_concurrency`` (1000): rollouts one worker runs at once, at most;
 - ``lost_retries`` (1): how many times a rollout lost with its node, worker or replica runs
   again at once (under a new attempt id) before it is left to ``--resume``;
-- ``host`` (none): the address replicas listen on (none: their node's address).
+- ``host`` (none): the address replicas and workers listen on (none: their node's address).
 """
 
 from __future__ import annotations
@@ -47,12 +46,11 @@ class ClusterSettings:
     address: str | None = None
     replicas: int = 1
     workers_per_node: int = 1
-    worker_concurrency: int = 1000
     lost_retries: int = 1
     host: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("replicas", "workers_per_node", "worker_concurrency"):
+        for name in ("replicas", "workers_per_node"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"ray.{name} must be an integer of at least 1, got {value!r}")

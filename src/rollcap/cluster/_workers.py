@@ -4,12 +4,18 @@ A ``RolloutWorker`` is handed ``(rollout, target)`` by the driver and answers a
 ``RolloutOutcome``: it POSTs ``/run`` to an agent and builds the rollout's line there, on its
 node (``rollcap.collect.run_rollout``: reading the capture, projecting it, encoding it), so the
 driver keeps only planning, the journal and the one output writer. Failures come back as plain
-data (a failures line), never as an exception through Ray.
+data (a failures line), never as an exception.
+
+The hand-off is HTTP, not a Ray call: each worker serves ``POST /rollout`` (``_wire``) on its
+node's address, and the driver posts to it. A Ray call per rollout cost the driver more CPU than
+running the rollout without Ray did, and would carry capture records through Ray; Ray places,
+starts and watches the workers, and tells the driver when one died.
 
 The target is either an agent's URL (``eval run --no-serve --ray``: the environment's agent)
 or a model-server replica's URL: the worker then runs the configured agent itself, one agent
-server per replica on ``127.0.0.1`` of its node, next to the environment's resources servers,
-so each rollout's calls go to exactly the replica the driver chose for it.
+per replica, called in-process (``_inprocess``), next to the environment's resources servers
+(on ``127.0.0.1`` of its node), so each rollout's calls go to exactly the replica the driver
+chose for it.
 
 ``WorkerPool`` is the driver's side: it starts the workers (``workers_per_node`` on each node,
 pinned), picks one for a rollout (the least busy on its replica's node, else the least busy
@@ -26,19 +32,34 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import ray
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+import ray
 from rollcap._runtime.batch import BatchThread, call_each
+from rollcap._runtime.serving import serving
 from rollcap.cluster._actors import (
     ACTOR_OPTIONS,
     Member,
     current_node,
     kill_all,
+    node_address,
     placed_on,
     start_errors,
     watch,
 )
-from rollcap.collect import Rollout, RolloutOutcome, failure_line, run_rollout
+from rollcap.cluster._inprocess import asgi_caller, lifespan
+from rollcap.cluster._wire import ROLLOUT_PATH, decode_request, outcome_headers
+from rollcap.collect import (
+    AgentCall,
+    Rollout,
+    RolloutOutcome,
+    failure_line,
+    http_agent,
+    run_rollout,
+)
 from rollcap.store import CaptureStore, check_capture_dir, try_lock
 from rollcap.workflow._env import ServerInfo, ServerPlan, plan_servers
 
@@ -48,7 +69,8 @@ log = logging.getLogger("rollcap.cluster")
 
 AGENT_TARGET = "agent"
 REPLICA_TARGET = "replica"
-WORKER_OPTIONS: dict[str, Any] = dict(ACTOR_OPTIONS)
+# Through Ray come only start, stop, the death watch and the lock probe: rollouts come by HTTP.
+WORKER_OPTIONS: dict[str, Any] = {**ACTOR_OPTIONS, "max_concurrency": 16}
 _LOCAL = "127.0.0.1"
 
 
@@ -62,7 +84,9 @@ class RolloutWorker:
         plan_args: Mapping[str, Any],
         agent: str | None,
         request_timeout: float | None,
+        host: str | None = None,
     ) -> None:
+        self.host = host
         self.capture_dir = capture_dir
         self.plan_config = plan_config
         self.plan_args = dict(plan_args)
@@ -71,14 +95,15 @@ class RolloutWorker:
         self.stack = contextlib.AsyncExitStack()
         self.plan: ServerPlan | None = None
         self.resources: list[ServerInfo] = []
-        self.agents: dict[str, asyncio.Task[str]] = {}  # replica URL -> its agent's URL
+        self.agents: dict[str, asyncio.Task[AgentCall]] = {}  # replica URL -> its agent
         self.session: aiohttp.ClientSession | None = None
         self.store: CaptureStore | None = None
         self.io: BatchThread[Any, Any] | None = None
         self.stopped: asyncio.Event | None = None
 
     async def start(self) -> dict[str, Any]:
-        """``{"node_id", "warnings"}`` once ready, or ``{"error"}``."""
+        """``{"url", "node_id", "warnings"}`` once it serves ``POST /rollout``, or
+        ``{"error"}``."""
         self.stopped = asyncio.Event()
         try:
             warnings: list[str] = []
@@ -95,23 +120,34 @@ class RolloutWorker:
                 connector=aiohttp.TCPConnector(limit=0), timeout=timeout
             )
             self.io = BatchThread(call_each, "rollcap-worker-io")
+            app = Starlette(routes=[Route(ROLLOUT_PATH, self._serve_rollout, methods=["POST"])])
+            url = await self.stack.enter_async_context(serving(app, self.host or node_address()))
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
-        return {"node_id": current_node(), "warnings": warnings}
+        return {"url": url, "node_id": current_node(), "warnings": warnings}
 
-    async def _agent_for(self, replica_url: str) -> str:
+    async def _serve_rollout(self, request: Request) -> Response:
+        try:
+            rollout, kind, target = decode_request(await request.body())
+        except ValueError as exc:
+            return Response(str(exc).encode(), 400, media_type="text/plain")
+        outcome = await self.run(rollout, kind, target)
+        return Response(outcome.line, headers=outcome_headers(outcome))
+
+    async def _agent_for(self, replica_url: str) -> AgentCall:
         task = self.agents.get(replica_url)
         if task is None:
-            task = asyncio.ensure_future(self._serve_agent(replica_url))
+            task = asyncio.ensure_future(self._start_agent(replica_url))
             self.agents[replica_url] = task
         return await asyncio.shield(task)
 
-    async def _serve_agent(self, replica_url: str) -> str:
+    async def _start_agent(self, replica_url: str) -> AgentCall:
         assert self.plan is not None
         assert self.agent_name is not None
         agent = self.plan.agent(self.agent_name)
-        info = await self.plan.serve_agent(agent, self.stack, _LOCAL, replica_url, self.resources)
-        return info.url
+        app = self.plan.agent_app(agent, replica_url, self.resources)
+        await self.stack.enter_async_context(lifespan(app))
+        return asgi_caller(app, "/run")
 
     async def run(self, rollout: Rollout, kind: str, target: str) -> RolloutOutcome:
         """Run one rollout attempt against ``target`` (an agent, or a replica for the
@@ -119,10 +155,11 @@ class RolloutWorker:
         try:
             assert self.session is not None
             assert self.io is not None
-            agent_url = target if kind == AGENT_TARGET else await self._agent_for(target)
-            return await run_rollout(
-                self.session, agent_url.rstrip("/") + "/run", rollout, self.store, self.io
-            )
+            if kind == AGENT_TARGET:
+                agent = http_agent(self.session, target.rstrip("/") + "/run")
+            else:
+                agent = await self._agent_for(target)
+            return await run_rollout(agent, rollout, self.store, self.io)
         except Exception as exc:
             line = failure_line(rollout, "worker_error", f"{type(exc).__name__}: {exc}")
             return RolloutOutcome(RolloutOutcome.FAILED, _encode(line))
@@ -177,7 +214,7 @@ class WorkerPool:
         plan_args: Mapping[str, Any] | None = None,
         agent: str | None = None,
         request_timeout: float | None = None,
-        concurrency: int = 1000,
+        host: str | None = None,
     ) -> WorkerPool:
         """Start ``per_node`` workers on each of ``nodes``; all or none (``RuntimeError``).
 
@@ -187,7 +224,7 @@ class WorkerPool:
         if not nodes:
             raise RuntimeError("no alive Ray node to place rollout workers on")
         actor = ray.remote(RolloutWorker)
-        options = {**WORKER_OPTIONS, "max_concurrency": concurrency}
+        options = WORKER_OPTIONS
         members = []
         for node_id in nodes:
             for index in range(per_node):
@@ -197,6 +234,7 @@ class WorkerPool:
                     plan_args or {},
                     agent,
                     request_timeout,
+                    host,
                 )
                 members.append(Member(f"worker-{node_id[:8]}-{index}", handle, node_id))
         pool = cls(members)
@@ -210,6 +248,7 @@ class WorkerPool:
             await pool.stop()
             raise RuntimeError("a rollout worker did not start: " + "; ".join(errors))
         for member, info in zip(members, started, strict=True):
+            member.url = info["url"]
             for warning in info["warnings"][:1]:  # every worker of a directory says the same
                 log.warning("%s: %s", member.name, warning)
         pool._watchers = [watch(m) for m in members]

@@ -34,10 +34,12 @@ from rollcap.collect._plan import (
     planned_count,
 )
 from rollcap.collect._runner import (
+    AgentCall,
     Dispatch,
     ProgressCallback,
     RolloutOutcome,
     collect,
+    http_agent,
     run_rollout,
 )
 
@@ -46,6 +48,7 @@ __all__ = [
     "TRAJECTORY_KEY",
     "TRAJECTORY_SCHEMA_VERSION",
     "AgentAnswerError",
+    "AgentCall",
     "CollectionSummary",
     "Dispatch",
     "DispatchJournal",
@@ -63,6 +66,7 @@ __all__ = [
     "dispatched_path",
     "failure_line",
     "failures_path",
+    "http_agent",
     "iter_tasks",
     "percentile",
     "plan_rollouts",

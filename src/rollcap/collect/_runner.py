@@ -61,7 +61,15 @@ from rollcap.collect._plan import (
 )
 from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
 
-__all__ = ["Dispatch", "ProgressCallback", "RolloutOutcome", "collect", "run_rollout"]
+__all__ = [
+    "AgentCall",
+    "Dispatch",
+    "ProgressCallback",
+    "RolloutOutcome",
+    "collect",
+    "http_agent",
+    "run_rollout",
+]
 
 log = logging.getLogger("rollcap.collect")
 
@@ -102,6 +110,10 @@ class RolloutOutcome:
     def lost(cls, reason: str) -> RolloutOutcome:
         return cls(cls.LOST, reason=reason)
 
+
+AgentCall = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+"""How a ``/run`` body reaches an agent (``http_agent``, or an app called in-process): the
+answer's status and body. ``TimeoutError`` or ``aiohttp.ClientError`` when none came."""
 
 Dispatch = Callable[[Rollout], Awaitable[RolloutOutcome]]
 """Runs one rollout attempt somewhere and says how it ended; never raises for the rollout's
@@ -313,10 +325,10 @@ class _Run:
             dispatch = self.dispatch
             if dispatch is None:
                 assert self.run_url is not None
-                run_url = self.run_url
+                agent = http_agent(session, self.run_url)
 
                 async def dispatch(rollout: Rollout) -> RolloutOutcome:
-                    return await run_rollout(session, run_url, rollout, self.store, self.io)
+                    return await run_rollout(agent, rollout, self.store, self.io)
 
             async def work() -> None:
                 # next() never awaits, so the workers can share one generator.
@@ -464,17 +476,29 @@ class _Writer:
             handle.flush()
 
 
+def http_agent(session: aiohttp.ClientSession, run_url: str) -> AgentCall:
+    """The agent at ``run_url`` (its ``/run``), called over ``session``."""
+
+    async def call(body: bytes) -> tuple[int, bytes]:
+        async with session.post(
+            run_url, data=body, headers={"content-type": "application/json"}
+        ) as response:
+            return response.status, await response.read()
+
+    return call
+
+
 async def run_rollout(
-    session: aiohttp.ClientSession,
-    run_url: str,
+    agent: AgentCall,
     rollout: Rollout,
     store: CaptureStore | None,
     io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any],
 ) -> RolloutOutcome:
-    """POST the rollout to an agent's ``/run`` and build its line: an ``"ok"`` or ``"failed"``
-    outcome. ``store``: the capture to attach (read, projected and encoded through ``io``)."""
+    """Run the rollout through the agent's ``/run`` and build its line: an ``"ok"`` or
+    ``"failed"`` outcome. ``store``: the capture to attach (read, projected and encoded through
+    ``io``)."""
     try:
-        answer = await _call_agent(session, run_url, rollout)
+        answer = await _call_agent(agent, rollout)
     except _RolloutFailed as exc:
         line = failure_line(rollout, exc.kind, str(exc), **exc.detail)
         return RolloutOutcome(
@@ -489,16 +513,9 @@ async def run_rollout(
     return RolloutOutcome(RolloutOutcome.OK, data)
 
 
-async def _call_agent(
-    session: aiohttp.ClientSession, run_url: str, rollout: Rollout
-) -> dict[str, Any]:
-    body = orjson.dumps(rollout.run_body())
+async def _call_agent(agent: AgentCall, rollout: Rollout) -> dict[str, Any]:
     try:
-        async with session.post(
-            run_url, data=body, headers={"content-type": "application/json"}
-        ) as response:
-            status = response.status
-            raw = await response.read()
+        status, raw = await agent(orjson.dumps(rollout.run_body()))
     except TimeoutError:
         raise _RolloutFailed("timeout", "the agent did not answer in time") from None
     except aiohttp.ClientError as exc:

@@ -7,9 +7,10 @@ server, a collector or a cluster worker starts using a directory:
    directory: a Ray cluster), a mount whose ``flock`` stays on each host is refused
    (``CaptureDirError``); a local filesystem is only warned about, since every node may be this
    host. Soft and async NFS mounts are warned about either way.
-2. A lock probe: this process takes ``LOCK_EX`` on ``.rollcap-lock-probe`` in the directory, and
-   another process (a child here, or, through ``try_lock``, one on another host) must be refused
-   ``LOCK_EX | LOCK_NB``. A filesystem that grants it is refused whatever its options say.
+2. A lock probe: this process takes ``LOCK_EX`` on a probe file of its own in the directory
+   (``.rollcap-lock-probe-<pid>-<random>``, removed after), and another process (a child here,
+   or, through ``try_lock``, one on another host) must be refused ``LOCK_EX | LOCK_NB``. A
+   filesystem that grants it is refused whatever its options say.
 
 Everything here blocks.
 """
@@ -20,6 +21,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from rollcap.store._mounts import Mount, judge, mount_for, parse_mountinfo
 
 __all__ = ["LOCK_PROBE_NAME", "CaptureDirError", "check_capture_dir", "probe_lock", "try_lock"]
 
-LOCK_PROBE_NAME = ".rollcap-lock-probe"
+LOCK_PROBE_NAME = ".rollcap-lock-probe-"  # the probe files' prefix
 _MOUNTINFO = "/proc/self/mountinfo"
 _CHILD_TIMEOUT_S = 60.0
 # The child's exit codes: it was refused the lock (what must happen), it was granted it.
@@ -86,10 +88,12 @@ def probe_lock(directory: Path, other: Callable[[str], bool] | None = None) -> N
 
     ``CaptureDirError`` when the other process is granted the lock as well.
     """
-    path = os.path.join(directory, LOCK_PROBE_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    # A file of its own: probes of several processes never wait on each other, and the
+    # directory is left as it was.
+    name = f"{LOCK_PROBE_NAME}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    path = os.path.join(directory, name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        # Blocking: another process probing the same directory holds it only for a moment.
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             granted = (other or _try_lock_in_child)(path)
@@ -97,6 +101,7 @@ def probe_lock(directory: Path, other: Callable[[str], bool] | None = None) -> N
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+        os.unlink(path)
     if granted:
         raise CaptureDirError(
             f"{directory}: flock does not keep another process out (a second process was granted "

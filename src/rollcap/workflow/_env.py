@@ -282,6 +282,19 @@ class ServerPlan:
             servers.append(ServerInfo(instance.name, instance.kind, instance.type, url))
         return servers
 
+    def agent_app(
+        self,
+        agent: AgentPlan,
+        model_base_url: str | tuple[str, ...],
+        resources: list[ServerInfo],
+    ) -> Starlette:
+        """One agent's app (not started) against the model server(s) and resources servers."""
+        resources_url = next(s.url for s in resources if s.name == agent.resources.name)
+        app: Starlette = create_agent_app(
+            agent.create(agent.settings(model_base_url, resources_url))
+        )
+        return app
+
     async def serve_agent(
         self,
         agent: AgentPlan,
@@ -291,8 +304,7 @@ class ServerPlan:
         resources: list[ServerInfo],
     ) -> ServerInfo:
         """Start one agent server against the model server(s) and the resources servers."""
-        resources_url = next(s.url for s in resources if s.name == agent.resources.name)
-        app = create_agent_app(agent.create(agent.settings(model_base_url, resources_url)))
+        app = self.agent_app(agent, model_base_url, resources)
         url = await stack.enter_async_context(serving(app, host))
         return ServerInfo(agent.instance.name, agent.instance.kind, agent.instance.type, url)
 
