@@ -21,9 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 __all__ = [
     "ACTOR_OPTIONS",

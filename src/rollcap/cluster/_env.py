@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+
 from rollcap._runtime.serving import serving
 from rollcap.cluster._actors import alive_nodes, current_node
 from rollcap.cluster._dispatch import RayDispatch

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
+
 from rollcap._runtime.serving import serving
 from rollcap.affinity import choose_replica
 from rollcap.cluster._actors import (
@@ -30,7 +31,6 @@ from rollcap.cluster._actors import (
     node_address,
     placed_on,
     start_errors,
-    verdict,
     watch,
 )
 from rollcap.server import ModelServerSettings, create_model_app
@@ -43,7 +43,6 @@ log = logging.getLogger("rollcap.cluster")
 # Few calls reach a replica through Ray (start, health, stop, the death watch): its traffic is
 # HTTP, served by its own uvicorn.
 REPLICA_OPTIONS: dict[str, Any] = {**ACTOR_OPTIONS, "max_concurrency": 32}
-_PROBE_TIMEOUT_S = 30.0
 
 
 class ModelReplica:
@@ -172,10 +171,6 @@ class ReplicaSet:
         """The live replica ``rollout_id`` sticks to; None when none is alive."""
         live = {m.url: m for m in self.live()}
         return live[choose_replica(rollout_id, list(live))] if live else None
-
-    async def is_alive(self, member: Member, timeout_s: float = _PROBE_TIMEOUT_S) -> bool:
-        """Whether ``member`` answers through Ray within ``timeout_s`` (``verdict``)."""
-        return await verdict(member, timeout_s)
 
     async def health(self) -> list[dict[str, Any]]:
         """Each live replica's counters (``captured``, ``uncorrelated``, ``capture_failures``)."""

@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
+import ray
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-import ray
 from rollcap._runtime.batch import BatchThread, call_each
 from rollcap._runtime.serving import serving
 from rollcap.cluster._actors import (
@@ -136,7 +137,9 @@ class RolloutWorker:
 
     async def _agent_for(self, replica_url: str) -> AgentCall:
         task = self.agents.get(replica_url)
-        if task is None:
+        if task is None or (task.done() and task.exception() is not None):
+            # Started once, shared by the rollouts that wait meanwhile; one that failed to
+            # start is tried again by the next rollout.
             task = asyncio.ensure_future(self._start_agent(replica_url))
             self.agents[replica_url] = task
         return await asyncio.shield(task)
@@ -162,7 +165,8 @@ class RolloutWorker:
             return await run_rollout(agent, rollout, self.store, self.io)
         except Exception as exc:
             line = failure_line(rollout, "worker_error", f"{type(exc).__name__}: {exc}")
-            return RolloutOutcome(RolloutOutcome.FAILED, _encode(line))
+            data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+            return RolloutOutcome(RolloutOutcome.FAILED, data)
 
     async def try_lock(self, path: str) -> bool:
         """Whether this process, on this node, is granted the lock on ``path`` (the capture
@@ -188,12 +192,6 @@ class RolloutWorker:
             self.store.close()
         if self.stopped is not None:
             self.stopped.set()
-
-
-def _encode(line: Mapping[str, Any]) -> bytes:
-    import orjson
-
-    return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
 
 
 class WorkerPool:
