@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 import orjson
 
 from rollcap import __version__
+from rollcap._runtime.heap import freeze_startup
 from rollcap.attachment import capture_attachment
 from rollcap.config import ConfigError, RunSettings, load_config
 from rollcap.report._otel_cli import add_export_otel_command, run_export_otel
@@ -325,31 +325,12 @@ def _serve_model(args: argparse.Namespace) -> int:
         async with serving(app, sock=sock) as url:
             print(f"rollcap model server policy_model ({args.model_type}) on {url}"
                   f" -> {upstream}; capture: {capture}", flush=True)  # fmt: skip
-            _freeze_startup()
+            freeze_startup()
             await asyncio.Event().wait()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     _run_until_interrupted(run())
     return EXIT_OK
-
-
-# A server allocates a few hundred containers per call (parsed JSON, events, frames), and
-# dozens of calls are in flight at once: with the default first threshold (700) a young
-# collection runs every few calls and walks every in-flight call's objects, promoting them
-# to older generations that are walked again. At 20,000 most of a call's objects are freed
-# before any collection sees them.
-_GC_THRESHOLDS = (20_000, 20, 20)
-
-
-def _freeze_startup() -> None:
-    """Keep what a started server has built so far out of every later garbage collection.
-
-    Modules, apps and settings live as long as the process; without this each full collection
-    walks them all again. The garbage there is now is collected first, so none of it is kept.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*_GC_THRESHOLDS)
 
 
 def _serve_worker(args: argparse.Namespace) -> int:
@@ -380,7 +361,7 @@ def _serve_worker(args: argparse.Namespace) -> int:
                 f"staging: {settings.staging_dir}",
                 flush=True,
             )
-            _freeze_startup()
+            freeze_startup()
             await asyncio.Event().wait()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -422,7 +403,7 @@ def _eval_run(args: argparse.Namespace) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             summary, uncorrelated = runner.run(
-                run_eval(request, config, progress=progress, on_started=_freeze_startup)
+                run_eval(request, config, progress=progress, on_started=freeze_startup)
             )
     finally:
         progress.close()
@@ -475,7 +456,7 @@ def _env_start(args: argparse.Namespace) -> int:
                     f"{'  replica':<22} {replica.name:<20} {replica.node_id[:16]:<18} {replica.url}"
                 )
             print(f"head server on {env.head_url} (GET /servers, GET /config)", flush=True)
-            _freeze_startup()
+            freeze_startup()
             await asyncio.Event().wait()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

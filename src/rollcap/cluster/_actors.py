@@ -30,6 +30,7 @@ __all__ = [
     "alive_nodes",
     "current_node",
     "error_text",
+    "in_actor",
     "kill_all",
     "mark_dead",
     "node_address",
@@ -89,6 +90,11 @@ def node_address() -> str:
     """The address of this process's node, as Ray knows it."""
     address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
     return address
+
+
+def in_actor() -> bool:
+    """Whether this process is a Ray actor's (not a driver, not a class used in-process)."""
+    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
 
 
 def current_node() -> str:

@@ -21,12 +21,14 @@ from typing import Any
 
 import ray
 
+from rollcap._runtime.heap import freeze_startup
 from rollcap._runtime.serving import serving
 from rollcap.affinity import choose_replica
 from rollcap.cluster._actors import (
     ACTOR_OPTIONS,
     Member,
     current_node,
+    in_actor,
     kill_all,
     node_address,
     placed_on,
@@ -70,6 +72,8 @@ class ModelReplica:
             self.url = await self.stack.enter_async_context(serving(self.app, host))
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
+        if in_actor():  # its own process: serve with the collector set as the commands do
+            freeze_startup()
         return {"url": self.url, "node_id": current_node(), "warnings": warnings}
 
     async def health(self) -> dict[str, Any]:

@@ -40,11 +40,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rollcap._runtime.batch import BatchThread, call_each
+from rollcap._runtime.heap import freeze_startup
 from rollcap._runtime.serving import serving
 from rollcap.cluster._actors import (
     ACTOR_OPTIONS,
     Member,
     current_node,
+    in_actor,
     kill_all,
     node_address,
     placed_on,
@@ -125,6 +127,8 @@ class RolloutWorker:
             url = await self.stack.enter_async_context(serving(app, self.host or node_address()))
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
+        if in_actor():  # its own process: serve with the collector set as the commands do
+            freeze_startup()
         return {"url": url, "node_id": current_node(), "warnings": warnings}
 
     async def _serve_rollout(self, request: Request) -> Response:
