@@ -378,9 +378,17 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+def _ray_took_an_override(args: argparse.Namespace) -> None:
+    """``--ray key=value``: argparse took the override for ``--ray``'s address; give it back."""
+    if args.ray and "=" in args.ray:
+        args.overrides.insert(0, args.ray)
+        args.ray = ""
+
+
 def _eval_run(args: argparse.Namespace) -> int:
     from rollcap.workflow import EvalRequest, Progress, format_summary, run_eval
 
+    _ray_took_an_override(args)
     config = load_config(args.config, args.overrides)
     cluster = _cluster_settings(args, config)
     if cluster is None:
@@ -424,6 +432,7 @@ def _eval_submit(args: argparse.Namespace) -> int:
 def _env_start(args: argparse.Namespace) -> int:
     from rollcap.workflow import environment
 
+    _ray_took_an_override(args)
     config = load_config(args.config, args.overrides)
     settings = RunSettings.from_config(config)  # a bad configuration starts nothing
     cluster = _cluster_settings(args, config)

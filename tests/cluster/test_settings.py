@@ -75,3 +75,14 @@ def test_replicas_without_ray_is_a_usage_error(capsys: pytest.CaptureFixture[str
     command = ["eval", "run", "--agent", "a", "--input", "i", "--output", "o", "--replicas", "2"]
     assert main(command) == 2
     assert "--replicas runs replicas on a Ray cluster: add --ray" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_ray")
+def test_an_override_right_after_ray_stays_an_override(capsys: pytest.CaptureFixture[str]) -> None:
+    # `--ray ++x=1`: argparse hands the override to --ray as its address; it goes back. The
+    # override is applied (a bad one is named), and --ray still asks for Ray.
+    command = ["eval", "run", "--agent", "a", "--input", "i", "--output", "o", "--ray"]
+    assert main([*command, "nope=1"]) == 2
+    assert "no key 'nope' to change" in capsys.readouterr().err
+    assert main([*command, "++ray.replicas=2"]) == 2
+    assert "--ray needs Ray" in capsys.readouterr().err
