@@ -15,6 +15,8 @@ from rollcap.records import RawRecord
 from rollcap.store import (
     CaptureReadError,
     CaptureStore,
+    _files,
+    _shared,
     aggregate_model_call_metrics,
     read_model_call_records,
 )
@@ -448,24 +450,42 @@ def _ids(store: CaptureStore, rollout_id: str) -> list[str]:
     return [r["model_call_id"] for r in store.read(rollout_id)]
 
 
-def test_a_file_renamed_away_and_recreated_under_a_cached_descriptor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("check_identity", [True, False])
+def test_a_file_renamed_away_and_recreated_under_a_cached_descriptor(
+    tmp_path: Path, check_identity: bool
+) -> None:
     # What an NFS client does when a file open here is removed on this host: it renames it to
     # .nfsXXXX, where it keeps its link. The cached descriptor's link count cannot tell.
-    store = CaptureStore(tmp_path)
+    store = CaptureStore(tmp_path, check_identity=check_identity)
     store.append("0-0", numbered_record(0))
     path = store.path_for("0-0")
     hidden = tmp_path / ".nfs000000000001"
     os.rename(path, hidden)
     path.touch()  # the collector's reset: the next attempt's empty file
     store.append("0-0", numbered_record(1))
-    assert _ids(store, "0-0") == [f"{1:032x}"]
-    assert [orjson.loads(line)["model_call_id"] for line in hidden.read_bytes().splitlines()] == [
-        f"{0:032x}"
-    ]
+    hidden_ids = [orjson.loads(line)["model_call_id"] for line in hidden.read_bytes().splitlines()]
+    if check_identity:
+        assert _ids(store, "0-0") == [f"{1:032x}"]
+        assert hidden_ids == [f"{0:032x}"]
+    else:  # the control: without the check the record goes into the renamed file
+        assert _ids(store, "0-0") == []
+        assert hidden_ids == [f"{0:032x}", f"{1:032x}"]
+
+
+def test_the_identity_check_is_on_where_other_hosts_mount_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not CaptureStore(tmp_path)._check_identity  # this machine's own disk
+    nfs = tmp_path / "mountinfo"
+    nfs.write_text(f"40 27 0:50 / {tmp_path} rw - nfs4 fs1:/export rw,vers=4.2,hard\n")
+    real = _shared.on_shared_filesystem
+    monkeypatch.setattr(_files, "on_shared_filesystem", lambda d: real(d, mountinfo=str(nfs)))
+    assert CaptureStore(tmp_path / "calls")._check_identity
+    assert not CaptureStore(tmp_path, check_identity=False)._check_identity
 
 
 def test_append_many_follows_a_replaced_file_too(tmp_path: Path) -> None:
-    store = CaptureStore(tmp_path)
+    store = CaptureStore(tmp_path, check_identity=True)
     store.append_many([("a", numbered_record(0)), ("b", numbered_record(1))])
     os.replace(store.path_for("a"), tmp_path / "elsewhere")
     store.path_for("a").touch()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rollcap.store import LOCK_PROBE_NAME, CaptureDirError, check_capture_dir, try_lock
+from rollcap.store._shared import on_shared_filesystem
 
 NFS_NOLOCK = "40 27 0:50 / {point} rw - nfs fs1:/export rw,vers=3,nolock,soft\n"
 EXT4 = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
@@ -92,3 +93,10 @@ def test_a_local_disk_shared_by_a_cluster_is_warned_about(tmp_path: Path) -> Non
 
 def test_no_mountinfo_still_probes(tmp_path: Path) -> None:
     assert check_capture_dir(tmp_path, shared=True, mountinfo=str(tmp_path / "none")) == []
+
+
+def test_which_filesystems_other_hosts_mount(tmp_path: Path) -> None:
+    nfs = _mountinfo(tmp_path, EXT4 + NFS_NOLOCK.format(point=tmp_path / "shared"))
+    assert on_shared_filesystem(tmp_path / "shared" / "calls", mountinfo=nfs)
+    assert not on_shared_filesystem(tmp_path / "local", mountinfo=nfs)
+    assert not on_shared_filesystem(tmp_path, mountinfo=str(tmp_path / "none"))

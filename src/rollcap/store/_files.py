@@ -37,6 +37,7 @@ from rollcap.ids import validate_rollout_id
 from rollcap.metrics import aggregate_raw
 from rollcap.records import ModelCallRecord, RawRecord
 from rollcap.store._group_commit import Handle, Pending, Sync, commit, finish
+from rollcap.store._shared import on_shared_filesystem
 
 __all__ = [
     "CAPTURE_SUFFIX",
@@ -125,6 +126,12 @@ class CaptureStore:
 
     Appends keep up to ``max_open`` rollout files open (least recently used go first);
     ``close()``, or leaving a ``with`` block, closes them, and a later append reopens.
+
+    ``check_identity``: before each write, under the lock, check that a cached descriptor is
+    still the file at its path (one ``stat``). On a local filesystem a file removed or replaced
+    under a descriptor has no link left, which the write sees anyway; on NFS a file removed on
+    this host while open is renamed to ``.nfsXXXX`` and keeps its link. Default: on for a
+    filesystem other hosts mount (``on_shared_filesystem``), off otherwise.
     """
 
     def __init__(
@@ -134,6 +141,7 @@ class CaptureStore:
         max_open: int = 256,
         suffix: str = CAPTURE_SUFFIX,
         marker_suffix: str = INCOMPLETE_SUFFIX,
+        check_identity: bool | None = None,
     ) -> None:
         if max_open < 1:
             raise ValueError("max_open must be at least 1")
@@ -146,6 +154,9 @@ class CaptureStore:
         # Appends build paths as strings: pathlib costs more than the syscalls of an append.
         self._prefix = os.path.join(os.fspath(directory), "")
         self._max_open = max_open
+        if check_identity is None:
+            check_identity = on_shared_filesystem(directory)
+        self._check_identity = check_identity
         self._lock = threading.Lock()  # guards _handles
         self._handles: OrderedDict[str, Handle] = OrderedDict()  # least recently used first
         self._sync_pool: ThreadPoolExecutor | None = None  # append_many's syncs, made on use
@@ -241,7 +252,7 @@ class CaptureStore:
                 return handle, False
         # Opening may create the file and sync the directory: not under the store-wide lock.
         fd, created = self._open_for_append(path, sync_new=sync_new)
-        handle = Handle(fd, path)
+        handle = Handle(fd, path if self._check_identity else None)
         with self._lock:
             stale = [self._handles.pop(path, None)]  # retired, or opened by a racing thread
             self._handles[path] = handle

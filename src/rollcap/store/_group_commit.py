@@ -13,10 +13,12 @@ file of a batch before it syncs any). Under many threads the cost of an append i
 the number of system calls that release the GIL, not the system calls themselves.
 
 A cached descriptor can outlive its file: another process (the collector's ``reset``) removes or
-replaces it. Under the lock, the write checks that the descriptor is still the file at its path
-(device and inode of both; on NFS a file removed on this host while open is only renamed to
-``.nfsXXXX`` and still has a link) and treats ``ESTALE`` (removed on another NFS host) the same
-way: the outcome is False, "stale", and the caller appends again through a fresh descriptor.
+replaces it. Under the lock, the write checks that the file still has a link and, for a handle
+given its path (the store does so on a shared filesystem), that the descriptor is still the file
+at that path (device and inode of both: on NFS a file removed on this host while open is only
+renamed to ``.nfsXXXX`` and still has a link). ``ESTALE`` (removed on another NFS host) is
+treated the same way: the outcome is False, "stale", and the caller appends again through a
+fresh descriptor.
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ class Handle:
         "syncing",
     )
 
-    def __init__(self, fd: int, path: str) -> None:
+    def __init__(self, fd: int, path: str | None = None) -> None:
         self.fd = fd
-        self.path = path  # the file fd must still be, checked under the lock before a write
+        # The file fd must still be, checked under the lock before a write (None: not checked).
+        self.path = path
         self.lock = threading.Lock()  # guards every field but ``end``, which only leaders use
         self.queue: list[Pending] = []  # lines no leader has taken yet
         self.leading = False  # a leader is writing, or is chosen; always so while queue is not []
@@ -234,7 +237,7 @@ def _write_locked(handle: Handle, fd: int, batch: list[Pending]) -> bool:
         # Cleared by another process, or replaced: the lines belong in the file at the path.
         # A link count of 0 says so on a local filesystem; on NFS a file removed while open
         # here is renamed instead and keeps its link, and only its inode tells.
-        if st.st_nlink == 0 or not _is_file_at_path(st, handle.path):
+        if st.st_nlink == 0 or (handle.path is not None and not _is_file_at_path(st, handle.path)):
             return False
         size = st.st_size
         if size and size != handle.end and os.pread(fd, 1, size - 1) != b"\n":

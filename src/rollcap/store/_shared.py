@@ -27,7 +27,14 @@ from pathlib import Path
 
 from rollcap.store._mounts import Mount, judge, mount_for, parse_mountinfo
 
-__all__ = ["LOCK_PROBE_NAME", "CaptureDirError", "check_capture_dir", "probe_lock", "try_lock"]
+__all__ = [
+    "LOCK_PROBE_NAME",
+    "CaptureDirError",
+    "check_capture_dir",
+    "on_shared_filesystem",
+    "probe_lock",
+    "try_lock",
+]
 
 LOCK_PROBE_NAME = ".rollcap-lock-probe-"  # the probe files' prefix
 _MOUNTINFO = "/proc/self/mountinfo"
@@ -116,6 +123,13 @@ def _mount_of(directory: Path, mountinfo: str) -> Mount | None:
     except OSError:
         return None  # not Linux, or no /proc: nothing to read the options from
     return mount_for(os.path.realpath(directory), parse_mountinfo(text))
+
+
+def on_shared_filesystem(directory: str | os.PathLike[str], mountinfo: str = _MOUNTINFO) -> bool:
+    """Whether ``directory`` is on a filesystem other hosts mount (NFS, Lustre, GPFS, ...);
+    False when that cannot be told."""
+    mount = _mount_of(Path(directory), mountinfo)
+    return mount is not None and judge(mount).cross_host
 
 
 def check_capture_dir(
