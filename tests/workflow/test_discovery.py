@@ -74,7 +74,8 @@ def test_resolve_model_base_url_errors() -> None:
 
 def test_a_replicated_model_server_gives_each_rollout_its_own_replica() -> None:
     replicas = [{"url": f"http://10.0.0.{i}:80", "node_id": f"n{i}"} for i in range(3)]
-    servers = [{**SERVERS[1], "url": replicas[0]["url"], "replicas": replicas}]
+    model: dict[str, object] = {"name": "policy_model", "kind": "responses_api_models"}
+    servers = [{**model, "type": "x", "url": replicas[0]["url"], "replicas": replicas}]
     urls = [r["url"] for r in replicas]
     with _head(servers) as head:
         for rollout_id in ("0-0", "1-0", "2-0", "3-0-a1", "4-1"):
