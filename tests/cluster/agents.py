@@ -3,6 +3,8 @@
 It makes ``calls`` model calls per rollout (default 3), each asking ``"<rollout id> call <n>"``,
 so a captured record names its rollout. With ``crash_marker`` set to a file, attempt 0 of the
 rollout writes its rollout id there and ends its process at once: a rollout worker that dies.
+With ``observe`` it answers ``ng_agent_observations`` too: one invocation that names its calls
+by the ids the model server captured them under.
 """
 
 from __future__ import annotations
@@ -25,8 +27,19 @@ class ManyCalls(ResponsesAgent):
                 f.write(f"{rollout_id}\n")
             os._exit(1)
         response: dict[str, Any] = {}
+        call_ids: list[str | None] = []
         for n in range(body.get("calls", 3)):
-            response = await self.call_model(
+            response, call_id = await self.call_model_traced(
                 path, {"model": "fake-model", "input": f"{rollout_id} call {n}"}
             )
-        return {"response": response, "reward": 1.0}
+            call_ids.append(call_id)
+        answer: dict[str, Any] = {"response": response, "reward": 1.0}
+        if body.get("observe"):
+            invocation = {
+                "kind": "agent_invocation",
+                "invocation_id": rollout_id,
+                "status": "completed",
+                "model_calls": [{"model_call_id": call_id} for call_id in call_ids],
+            }
+            answer["ng_agent_observations"] = {"source": "many_calls", "records": [invocation]}
+        return answer

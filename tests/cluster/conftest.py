@@ -217,9 +217,10 @@ async def until(condition: Callable[[], bool], what: str, timeout_s: float = 60)
 async def collect_with(
     stack: Stack, run: ClusterRun, tmp_path: Path, tasks: int, **options: Any
 ) -> CollectionSummary:
+    task = {"calls": options.pop("calls", 3), "observe": options.pop("observe", False)}
     return await collect(
         None,
-        input_file(tmp_path / "in.jsonl", [{"calls": options.pop("calls", 3)}] * tasks),
+        input_file(tmp_path / "in.jsonl", [task] * tasks),
         tmp_path / "out.jsonl",
         capture_dir=stack.capture,
         dispatch=run.dispatch,

@@ -44,7 +44,7 @@ from rollcap.cluster import (
     cluster_collection,
 )
 from rollcap.collect import collect
-from rollcap.evidence import CAPTURE_KEY
+from rollcap.evidence import CAPTURE_KEY, OBSERVATIONS_KEY, PERF_KEY, TRAJECTORY_KEY
 from rollcap.server import ModelServerSettings
 from rollcap.store import CaptureStore
 from rollcap.testing import FakeUpstream
@@ -80,7 +80,7 @@ async def test_capture_across_nodes_is_complete(
     ):
         assert {m.node_id for m in replicas_of(run).live()} == set(nodes)
         assert {m.node_id for m in run.workers.live()} == set(nodes)
-        summary = await collect_with(stack, run, tmp_path, 100, concurrency=32)
+        summary = await collect_with(stack, run, tmp_path, 100, concurrency=32, observe=True)
         health = await replicas_of(run).health()
     assert (summary.ran, summary.failed, summary.lost) == (100, 0, 0)
     lines = lines_of(summary.output_path)
@@ -92,6 +92,17 @@ async def test_capture_across_nodes_is_complete(
         found = records(stack.capture, line["rollout_id"])
         # In its own rollout's file, in call order, nothing else.
         assert [input_of(r) for r in found] == [f"{line['rollout_id']} call {n}" for n in range(3)]
+        # The worker built the line as collection on one machine does: the agent's evidence
+        # joined with the calls, the trajectory, and ng_perf with the /run it measured.
+        (invocation,) = line[OBSERVATIONS_KEY]["records"]
+        ids = [r["model_call_id"] for r in found]
+        assert [ref["model_call_id"] for ref in invocation["model_calls"]] == ids
+        assert [c["model_call_id"] for c in line[TRAJECTORY_KEY]["model_calls"]] == ids
+        perf = line[PERF_KEY]
+        assert perf["num_turns"] == 3
+        assert perf["total_latency_ms"] >= sum(r["latency_ms"] for r in found)
+    (entry,) = summary.aggregate_metrics
+    assert entry["perf_summary"]["mean_num_turns"] == 3.0
     # Both replicas served, and between them they captured every call once.
     captured = [h["captured"] for h in health]
     assert len(captured) == 2

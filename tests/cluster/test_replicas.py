@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import socket
 from pathlib import Path
 
 import aiohttp
@@ -39,6 +41,23 @@ async def test_a_replica_serves_rollcap_s_model_server_and_counts_its_calls(
         await replica.stop()
         await replica.wait_stopped()  # returns at once: it stopped on request
     assert len(CaptureStore(tmp_path / "calls").read("0-0")) == 1
+
+
+async def test_a_replica_closes_a_connection_that_never_finishes_its_headers() -> None:
+    # The configured header_read_timeout_s, as a model server started by env start has it.
+    replica = ModelReplica(ModelServerSettings("openai_model", "http://x"), "127.0.0.1", 0.3)
+    started = await replica.start()
+    host, port = started["url"].removeprefix("http://").rsplit(":", 1)
+
+    def idle_connection() -> bytes:
+        with socket.create_connection((host, int(port)), timeout=10) as idle:
+            idle.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")  # never the blank line
+            return idle.recv(4096)
+
+    try:
+        assert await asyncio.to_thread(idle_connection) == b""  # closed, long before 10 s
+    finally:
+        await replica.stop()
 
 
 async def test_a_replica_that_cannot_start_says_why(

@@ -19,10 +19,10 @@ from rollcap.cluster._actors import Member
 from rollcap.cluster._wire import decode_outcome, encode_request
 from rollcap.cluster._workers import AGENT_TARGET, REPLICA_TARGET
 from rollcap.collect import Rollout, RolloutOutcome
-from rollcap.evidence import CAPTURE_KEY
+from rollcap.evidence import CAPTURE_KEY, OBSERVATIONS_KEY, PERF_KEY, TRAJECTORY_KEY
 from rollcap.gym import example_data_path
 from rollcap.server import ModelServerSettings, create_model_app
-from rollcap.store import CaptureStore
+from rollcap.store import CaptureStore, read_model_call_records
 from rollcap.testing import FakeUpstream
 
 PLAN = {"model_type": "openai_model", "resources_server": "mcqa", "agent": "mcqa_simple_agent"}
@@ -76,6 +76,57 @@ async def test_a_worker_runs_its_agent_against_the_replica_it_is_given(tmp_path:
         line = orjson.loads(outcome.line)
         assert line["rollout_id"] == f"{task_index}-0"
         assert line[CAPTURE_KEY]["metrics"]["num_calls"] == 1
+
+
+async def test_a_workers_line_carries_the_agents_evidence_joined_with_its_calls(
+    tmp_path: Path,
+) -> None:
+    # simple_agent on the calculator: the fake upstream's tool_turns model calls two tools,
+    # then answers; the agent answers its own ng_trajectory and ng_agent_observations.
+    capture = tmp_path / "calls"
+    config = {**_config(capture), "policy_model_name": "tool_turns"}
+    plan = {"model_type": "openai_model", "resources_server": "calculator", "agent": "simple_agent"}
+    task = orjson.loads(example_data_path("calculator").read_bytes().splitlines()[1])
+    rollout = Rollout(0, 0, 0, task)
+    async with model_servers(capture, 1) as (replica,):
+        worker = RolloutWorker(str(capture), config, plan, "simple_agent", 30, "127.0.0.1")
+        assert "error" not in await worker.start()
+        try:
+            CaptureStore(capture).reset(rollout.rollout_id)
+            outcome = await worker.run(rollout, REPLICA_TARGET, replica)
+        finally:
+            await worker.stop()
+    assert outcome.kind == RolloutOutcome.OK, outcome.line
+    line = orjson.loads(outcome.line)
+    calls = read_model_call_records(CaptureStore(capture), rollout.rollout_id)
+    assert len(calls) == 3
+    # The same line local collection builds: the bundle joined with the captured calls, under
+    # the model server's name the worker's agent was given.
+    observations = line[OBSERVATIONS_KEY]
+    assert observations["source"] == "simple_agent"
+    assert observations["records"][0]["model_calls"] == [
+        {
+            "model_call_id": c.model_call_id,
+            "model_ref": {"type": "responses_api_models", "name": "policy_model"},
+            "response_id": c.response_id,
+        }
+        for c in calls
+    ]
+    assert observations["gaps"] == []
+    trajectory = line[TRAJECTORY_KEY]
+    assert len(trajectory["turns"]) == 3
+    assert [t["tool_name"] for t in trajectory["tool_calls"]] == ["add", "subtract"]
+    assert [c["model_call_id"] for c in trajectory["model_calls"]] == [
+        c.model_call_id for c in calls
+    ]
+    assert trajectory["gaps"] == []
+    # ng_perf from the captured calls and tools, with the /run wall-clock the worker measured.
+    perf = line[PERF_KEY]
+    assert (perf["num_turns"], perf["num_tool_calls"]) == (3, 2)
+    assert perf["prompt_tokens"] == sum(c.tokens_in or 0 for c in calls)
+    assert perf["completion_tokens"] == sum(c.tokens_out or 0 for c in calls)
+    assert perf["total_latency_ms"] >= sum(c.latency_total_ms or 0 for c in calls)
+    assert line[CAPTURE_KEY]["metrics"]["num_calls"] == 3
 
 
 async def test_a_worker_reports_failures_as_lines_never_as_exceptions(tmp_path: Path) -> None:
