@@ -34,8 +34,10 @@ browser:
 		echo "rollcap: no root and no sudo: the browser tests will fail until 'apt-get install chromium' is run as root"; \
 	fi
 
+# The multi-node tests start Ray's simulated cluster: a pytest process of their own, after the rest.
 unit: $(STAMP) browser
 	$(BIN)/python -m pytest -W error
+	$(BIN)/python -m pytest -W error -m ray
 
 test: lint typecheck unit
 
@@ -58,6 +60,7 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/staging.py
 	$(BIN)/python bench/local.py
 	$(BIN)/python bench/report.py
+	$(BIN)/python bench/ray.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -68,6 +68,7 @@ def _rollcap_imports(module: str) -> set[str]:
 # randomness. Everything else in rollcap is a shell around these.
 PURE = {
     "rollcap._json",
+    "rollcap.affinity",
     "rollcap.attachment",  # reads through the store it is handed, imports none
     "rollcap.conversation",
     "rollcap.ids",
@@ -102,6 +103,7 @@ PURE = {
     "rollcap.staging._adapters",
     "rollcap.staging._digest",
     "rollcap.staging._records",
+    "rollcap.store._mounts",
     "rollcap.testing._knobs",
     "rollcap.testing._plan",
     "rollcap.testing._render",
@@ -206,7 +208,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rollcap.report",
         ),
     ),
-    ("the evaluation workflow", ("rollcap.workflow",)),
+    ("the evaluation workflow", ("rollcap.workflow", "rollcap.cluster")),
     ("entry points and the public API", ("rollcap.cli", "rollcap.demo", "rollcap")),
 ]
 

@@ -142,22 +142,6 @@ def test_serve_model_runs_until_interrupted(tmp_path: Path) -> None:
     assert "stopped" in err
 
 
-def test_a_started_server_freezes_what_it_built_and_collects_young_objects_less_often() -> None:
-    import gc
-
-    from rollcap import cli
-
-    before = gc.get_threshold()
-    try:
-        cli._freeze_startup()
-        assert gc.get_freeze_count() > 0
-        assert gc.get_threshold() == cli._GC_THRESHOLDS
-        assert cli._GC_THRESHOLDS[0] > before[0]
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*before)
-
-
 def test_capture_report_writes_one_page(
     capture_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

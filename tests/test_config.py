@@ -150,3 +150,16 @@ def test_the_bounds_have_their_defaults_and_take_overrides() -> None:
 def test_a_bad_bound_is_a_one_line_error_naming_it(override: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         RunSettings.from_config(load_config(overrides=[override], env_file=None))
+
+
+def test_policy_base_url_may_list_several_upstreams() -> None:
+    def settings(value: object) -> object:
+        return RunSettings.from_config({"policy_base_url": value}).policy_base_url
+
+    assert settings("http://a") == "http://a"
+    assert settings(["http://a", "http://b"]) == ("http://a", "http://b")
+    assert settings(["http://a"]) == "http://a"
+    assert settings(None) is None
+    for bad in ([], ["http://a", 3], "", 5):
+        with pytest.raises(ConfigError, match="policy_base_url must be a URL or a non-empty list"):
+            settings(bad)

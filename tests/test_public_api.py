@@ -19,6 +19,7 @@ PUBLIC = {
     "build_attachment",
     "build_rollout_id",
     "capture_attachment",
+    "choose_replica",
     "error_category",
     "read_model_call_records",
     "resolve_model_base_url",

@@ -3,6 +3,7 @@
 The public API is what this module exports; everything else is internal and may change.
 """
 
+from rollcap.affinity import choose_replica
 from rollcap.attachment import build_attachment, capture_attachment
 from rollcap.ids import build_rollout_id, rollout_id_from_run, validate_rollout_id
 from rollcap.metrics import aggregate
@@ -34,6 +35,7 @@ __all__ = [
     "build_attachment",
     "build_rollout_id",
     "capture_attachment",
+    "choose_replica",
     "error_category",
     "read_model_call_records",
     "resolve_model_base_url",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 import orjson
 
 from rollcap import __version__
+from rollcap._runtime.heap import freeze_startup
 from rollcap.attachment import capture_attachment
 from rollcap.config import ConfigError, RunSettings, load_config
 from rollcap.report._otel_cli import add_export_otel_command, run_export_otel
@@ -100,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--agent", help="default: the built-in agent of the resources server")
     start.add_argument("--host", default="127.0.0.1")
     start.add_argument("--head-port", type=int, default=11000)
+    _ray_arguments(start)
     _config_arguments(start)
 
     evaluation = commands.add_parser("eval", help="collect rollouts")
@@ -126,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
         help="log the rollouts and metrics to this W&B project at the end (rollcap[wandb])",
     )
     run.add_argument("--wandb-entity", metavar="E", help="the W&B entity (team or user)")
+    _ray_arguments(run)
     _config_arguments(run)
 
     submit = eval_commands.add_parser(
@@ -185,6 +187,48 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--host", default="127.0.0.1")
     view.add_argument("--port", type=int, default=0, help="default: any free port")
     return parser
+
+
+def _ray_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run on a Ray cluster (default: the one Ray finds from this host); needs "
+        "rollcap[ray]. Config: the ray section (docs/scale-out.md)",
+    )
+    parser.add_argument(
+        "--replicas", type=_positive, metavar="N", help="with --ray: model-server replicas"
+    )
+
+
+def _cluster_settings(args: argparse.Namespace, config: dict[str, Any]) -> Any:
+    """The ``ClusterSettings`` of ``--ray`` and the ``ray`` config section, or None."""
+    from rollcap.cluster import ClusterSettings
+
+    overrides: dict[str, Any] = {"replicas": args.replicas}
+    if args.ray is not None:
+        overrides.update(enabled=True, address=args.ray or None)
+    cluster = ClusterSettings.from_config(config, **overrides)
+    if not cluster.enabled:
+        if args.replicas is not None:
+            raise ConfigError("--replicas runs replicas on a Ray cluster: add --ray")
+        return None
+    from rollcap.cluster import require_ray
+
+    require_ray()  # without the extra: one line naming the install, before anything starts
+    return cluster
+
+
+def _check_capture(settings: RunSettings) -> None:
+    """The capture directory's start-up check (the lock probe) on one host; warnings logged."""
+    if settings.capture_dir is None:
+        return
+    from rollcap.store import check_capture_dir
+
+    for warning in check_capture_dir(settings.capture_dir):
+        logging.getLogger("rollcap").warning("%s", warning)
 
 
 def _size(text: str) -> int:
@@ -291,6 +335,7 @@ def _serve_model(args: argparse.Namespace) -> int:
     from rollcap.server import ModelServerSettings, create_model_app
 
     settings = RunSettings.from_config(load_config(args.config, args.overrides))
+    _check_capture(settings)
     app = create_model_app(
         ModelServerSettings(
             model_type=args.model_type,
@@ -307,7 +352,11 @@ def _serve_model(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)
     capture = settings.capture_dir or "off"
     upstream = (
-        "the embedded model" if args.model_type == "local_model" else settings.policy_base_url
+        "the embedded model"
+        if args.model_type == "local_model"
+        else ", ".join(settings.policy_base_url or ())
+        if isinstance(settings.policy_base_url, tuple)
+        else settings.policy_base_url
     )
 
     async def run() -> None:
@@ -315,31 +364,12 @@ def _serve_model(args: argparse.Namespace) -> int:
         async with serving(app, sock=sock, header_timeout_s=timeout) as url:
             print(f"rollcap model server policy_model ({args.model_type}) on {url}"
                   f" -> {upstream}; capture: {capture}", flush=True)  # fmt: skip
-            _freeze_startup()
+            freeze_startup()
             await asyncio.Event().wait()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     _run_until_interrupted(run())
     return EXIT_OK
-
-
-# A server allocates a few hundred containers per call (parsed JSON, events, frames), and
-# dozens of calls are in flight at once: with the default first threshold (700) a young
-# collection runs every few calls and walks every in-flight call's objects, promoting them
-# to older generations that are walked again. At 20,000 most of a call's objects are freed
-# before any collection sees them.
-_GC_THRESHOLDS = (20_000, 20, 20)
-
-
-def _freeze_startup() -> None:
-    """Keep what a started server has built so far out of every later garbage collection.
-
-    Modules, apps and settings live as long as the process; without this each full collection
-    walks them all again. The garbage there is now is collected first, so none of it is kept.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*_GC_THRESHOLDS)
 
 
 def _serve_worker(args: argparse.Namespace) -> int:
@@ -370,7 +400,7 @@ def _serve_worker(args: argparse.Namespace) -> int:
                 f"staging: {settings.staging_dir}",
                 flush=True,
             )
-            _freeze_startup()
+            freeze_startup()
             await asyncio.Event().wait()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -387,10 +417,21 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+def _ray_took_an_override(args: argparse.Namespace) -> None:
+    """``--ray key=value``: argparse took the override for ``--ray``'s address; give it back."""
+    if args.ray and "=" in args.ray:
+        args.overrides.insert(0, args.ray)
+        args.ray = ""
+
+
 def _eval_run(args: argparse.Namespace) -> int:
     from rollcap.workflow import EvalRequest, Progress, format_summary, run_eval
 
+    _ray_took_an_override(args)
     config = load_config(args.config, args.overrides)
+    cluster = _cluster_settings(args, config)
+    if cluster is None:
+        _check_capture(RunSettings.from_config(config))
     request = EvalRequest(
         agent=args.agent,
         input_path=args.input,
@@ -405,12 +446,13 @@ def _eval_run(args: argparse.Namespace) -> int:
         head_port=args.head_port,
         wandb_project=args.wandb_project,
         wandb_entity=args.wandb_entity,
+        ray=cluster,
     )
     progress = Progress()
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             summary, uncorrelated = runner.run(
-                run_eval(request, config, progress=progress, on_started=_freeze_startup)
+                run_eval(request, config, progress=progress, on_started=freeze_startup)
             )
     finally:
         progress.close()
@@ -431,22 +473,40 @@ def _eval_submit(args: argparse.Namespace) -> int:
 def _env_start(args: argparse.Namespace) -> int:
     from rollcap.workflow import environment
 
+    _ray_took_an_override(args)
     config = load_config(args.config, args.overrides)
-    RunSettings.from_config(config)  # a bad configuration starts nothing
+    settings = RunSettings.from_config(config)  # a bad configuration starts nothing
+    cluster = _cluster_settings(args, config)
+    if cluster is None:
+        _check_capture(settings)
+    options = {
+        "model_type": args.model_type,
+        "resources_server": args.resources_server,
+        "agent": args.agent,
+        "host": args.host,
+        "head_port": args.head_port,
+    }
 
     async def run() -> None:
-        async with environment(
-            config,
-            model_type=args.model_type,
-            resources_server=args.resources_server,
-            agent=args.agent,
-            host=args.host,
-            head_port=args.head_port,
-        ) as env:
+        async with contextlib.AsyncExitStack() as stack:
+            replicas = None
+            if cluster is None:
+                env = await stack.enter_async_context(environment(config, **options))
+            else:
+                from rollcap.cluster import cluster_environment
+
+                on_cluster = await stack.enter_async_context(
+                    cluster_environment(config, cluster, **options)
+                )
+                env, replicas = on_cluster.environment, on_cluster.replicas
             for server in env.servers:
                 print(f"{server.kind:<22} {server.name:<20} {server.type:<18} {server.url}")
+            for replica in [] if replicas is None else replicas.live():
+                print(
+                    f"{'  replica':<22} {replica.name:<20} {replica.node_id[:16]:<18} {replica.url}"
+                )
             print(f"head server on {env.head_url} (GET /servers, GET /config)", flush=True)
-            _freeze_startup()
+            freeze_startup()
             await asyncio.Event().wait()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

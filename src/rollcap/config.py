@@ -30,6 +30,7 @@ __all__ = [
     "ConfigError",
     "RunSettings",
     "apply_override",
+    "base_urls",
     "load_config",
     "redact",
 ]
@@ -171,7 +172,8 @@ class RunSettings:
 
     observability_enabled: bool
     model_call_capture_dir: Path | None
-    policy_base_url: str | None
+    # Several upstreams: each rollout's calls go to one, chosen by ``rollcap.affinity``.
+    policy_base_url: str | tuple[str, ...] | None
     policy_api_key: str | None
     policy_model_name: str | None
     pass_client_credentials: bool = False
@@ -225,7 +227,7 @@ class RunSettings:
             pass_client_credentials=passthrough,
             observability_enabled=enabled,
             model_call_capture_dir=capture_dir,
-            policy_base_url=_opt_str("policy_base_url"),
+            policy_base_url=base_urls("policy_base_url", config.get("policy_base_url")),
             policy_api_key=_opt_str("policy_api_key"),
             policy_model_name=_opt_str("policy_model_name"),
         )
@@ -241,6 +243,15 @@ def _byte_count(config: Mapping[str, Any], key: str, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{key} must be a positive whole number of bytes, got {value!r}")
     return value
+
+
+def base_urls(key: str, raw: object) -> str | tuple[str, ...] | None:
+    """A URL, or a list of URLs (a tuple; one URL alone is kept a string); ``None`` stays."""
+    if raw is None or (isinstance(raw, str) and raw):
+        return raw
+    if isinstance(raw, list | tuple) and raw and all(isinstance(u, str) and u for u in raw):
+        return raw[0] if len(raw) == 1 else tuple(raw)
+    raise ConfigError(f"{key} must be a URL or a non-empty list of URLs, got {raw!r}")
 
 
 def _absolute_dir(key: str, raw: object) -> Path:

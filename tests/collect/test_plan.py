@@ -103,3 +103,20 @@ def test_resume_state_counts_attempts() -> None:
 def test_side_file_names() -> None:
     assert str(failures_path("/r/mcqa_rollouts.jsonl")) == "/r/mcqa_rollouts_failures.jsonl"
     assert str(aggregate_metrics_path("/r/out.jsonl")) == "/r/out_aggregate_metrics.json"
+
+
+def test_the_journal_is_resume_s_authority_over_a_stale_listing() -> None:
+    # Another host lists the capture directory before it sees the newest files: attempt 1 of
+    # 5-0 was dispatched (journaled), its file not listed yet. Reusing attempt 1 would reset a
+    # file that attempt's agent, maybe still running, appends to.
+    stale_listing = ["5-0.capture.jsonl"]
+    journal = [_line(5, 0), _line(5, 0, 1), _line(6, 0), b'{"_ng_task_index": 7, "_ng_rollo']
+    state = ResumeState.from_files([], [], stale_listing, journal)
+    assert state.attempts == {(5, 0): 2, (6, 0): 1}
+    assert [r.rollout_id for r in plan_rollouts([{}] * 8, resume=state)][5:] == [
+        "5-0-a2",
+        "6-0-a1",
+        "7-0",  # its journal line was torn: never dispatched
+    ]
+    # Without the journal, the stale listing alone would hand out attempt 1 again.
+    assert ResumeState.from_files([], [], stale_listing).next_attempt((5, 0)) == 1

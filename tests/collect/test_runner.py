@@ -5,16 +5,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
-from rollcap.collect import InputError, collect
+from rollcap._runtime.batch import BatchThread, call_each
+from rollcap._runtime.serving import serving
+from rollcap.collect import (
+    InputError,
+    Rollout,
+    RolloutOutcome,
+    collect,
+    dispatched_path,
+    failures_path,
+    http_agent,
+    run_rollout,
+)
 from rollcap.evidence import CAPTURE_KEY, OBSERVATIONS_KEY, PERF_KEY, TRAJECTORY_KEY
 from rollcap.records import GAP_NO_RECORDS, GAP_TRAJECTORY_PROJECTION_FAILED
-from rollcap.store import aggregate_model_call_metrics
+from rollcap.store import CaptureStore, aggregate_model_call_metrics
 from tests.collect.conftest import StubAgent, fake_record, read_lines, write_input
 
 # Every collection here ends well within this; a hang fails the test instead of the session.
@@ -364,3 +381,166 @@ def read_lines_tolerant(path: Path) -> list[dict[str, Any]]:
         with contextlib.suppress(orjson.JSONDecodeError):
             out.append(orjson.loads(raw))
     return out
+
+
+# -- the dispatch journal and dispatches that come back lost ----------------------------------
+
+
+def _journal(output: Path) -> list[str]:
+    return [line["rollout_id"] for line in read_lines(dispatched_path(output))]
+
+
+async def test_every_attempt_is_journaled_before_it_runs(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"t": 0}, {"fail": "first"}])
+    output = tmp_path / "out.jsonl"
+    async with asyncio.timeout(BOUND_S):
+        await collect(agent.url, source, output, capture_dir=capture_dir)
+        assert sorted(_journal(output)) == sorted(agent.runs) == ["0-0", "1-0"]
+        await collect(agent.url, source, output, capture_dir=capture_dir, resume=True)
+        assert _journal(output)[2:] == ["1-0-a1"]
+        # A fresh run starts a fresh journal; without capture there is none.
+        await collect(agent.url, source, output, capture_dir=capture_dir)
+        assert sorted(_journal(output)) == ["0-0", "1-0"]
+        await collect(agent.url, source, output)
+    assert not dispatched_path(output).exists()
+
+
+async def test_resume_trusts_the_journal_over_the_capture_directory(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"fail": "first"}])
+    output = tmp_path / "out.jsonl"
+    async with asyncio.timeout(BOUND_S):
+        await collect(agent.url, source, output, capture_dir=capture_dir)
+    # The listing misses the attempt (as another host's stale view would) and the failures
+    # file went with it: the journal alone still says attempt 0 ran.
+    agent.store.clear("0-0")
+    failures_path(output).unlink()
+    async with asyncio.timeout(BOUND_S):
+        await collect(agent.url, source, output, capture_dir=capture_dir, resume=True)
+    assert [line["rollout_id"] for line in read_lines(output)] == ["0-0-a1"]
+
+
+class _LosingDispatch:
+    """A dispatch that loses the first ``losses`` attempts of every rollout, then runs it."""
+
+    def __init__(self, agent: StubAgent, capture_dir: Path, losses: int) -> None:
+        self.agent = agent
+        self.store = CaptureStore(capture_dir)
+        self.losses = losses
+        self.seen: list[str] = []
+        self.io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(
+            call_each, "test-io"
+        )
+
+    async def __call__(self, rollout: Rollout) -> RolloutOutcome:
+        self.seen.append(rollout.rollout_id)
+        # The attempt's file exists, empty, when a dispatch is called.
+        assert self.store.read(rollout.rollout_id) == []
+        assert self.store.path_for(rollout.rollout_id).exists()
+        if rollout.attempt_index < self.losses:
+            # What ran it died after a model call: that attempt's record stays in its file.
+            self.store.append(rollout.rollout_id, fake_record(rollout.rollout_id, 0))
+            return RolloutOutcome.lost("the worker died")
+        async with aiohttp.ClientSession() as session:
+            agent = http_agent(session, self.agent.url + "/run")
+            return await run_rollout(agent, rollout, self.store, self.io)
+
+
+@pytest.mark.parametrize("lost_retries", [0, 1, 2])
+async def test_a_lost_rollout_runs_again_under_the_next_attempt(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path, lost_retries: int
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"t": 0, "calls": 2}, {"t": 1, "calls": 2}])
+    output = tmp_path / "out.jsonl"
+    dispatch = _LosingDispatch(agent, capture_dir, losses=1)
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(
+            None,
+            source,
+            output,
+            capture_dir=capture_dir,
+            dispatch=dispatch,
+            lost_retries=lost_retries,
+        )
+    if lost_retries == 0:
+        # Written nowhere, neither output nor failures; only the journal knows.
+        assert (summary.ran, summary.failed, summary.lost) == (2, 0, 2)
+        assert read_lines(output) == []
+        assert not summary.failures_path.exists()
+        assert sorted(dispatch.seen) == ["0-0", "1-0"]
+        async with asyncio.timeout(BOUND_S):
+            summary = await collect(agent.url, source, output, capture_dir=capture_dir, resume=True)
+        assert summary.lost == 0
+    else:
+        assert (summary.ran, summary.failed, summary.lost) == (2, 0, 0)
+        assert sorted(dispatch.seen) == ["0-0", "0-0-a1", "1-0", "1-0-a1"]
+    lines = read_lines(output)
+    assert [line["rollout_id"] for line in lines] == ["0-0-a1", "1-0-a1"]
+    assert [line["_ng_attempt_index"] for line in lines] == [1, 1]
+    for line in lines:
+        # Only the new attempt's calls; the lost attempt's record stays in its own file.
+        assert line[CAPTURE_KEY]["metrics"]["num_calls"] == 2
+        assert len(agent.store.read(line["rollout_id"].removesuffix("-a1"))) == 1
+    assert sorted(_journal(output)) == ["0-0", "0-0-a1", "1-0", "1-0-a1"]
+    await asyncio.to_thread(dispatch.io.close)
+
+
+async def test_lost_every_time_is_lost_once_counted(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"t": 0}])
+    dispatch = _LosingDispatch(agent, capture_dir, losses=99)
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(
+            None, source, tmp_path / "o.jsonl", capture_dir=capture_dir, dispatch=dispatch
+        )
+    assert dispatch.seen == ["0-0", "0-0-a1"]
+    assert (summary.ran, summary.lost, summary.metrics["rollouts"]) == (1, 1, 0)
+    await asyncio.to_thread(dispatch.io.close)
+
+
+async def test_collect_needs_one_way_to_run_rollouts(tmp_path: Path) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{}])
+
+    async def dispatch(rollout: Rollout) -> RolloutOutcome:
+        raise AssertionError("not called")
+
+    with pytest.raises(ValueError, match="exactly one of agent_url and dispatch"):
+        await collect(None, source, tmp_path / "o.jsonl")
+    with pytest.raises(ValueError, match="exactly one of agent_url and dispatch"):
+        await collect("http://127.0.0.1:9", source, tmp_path / "o.jsonl", dispatch=dispatch)
+    with pytest.raises(ValueError, match="lost_retries"):
+        await collect(None, source, tmp_path / "o.jsonl", dispatch=dispatch, lost_retries=-1)
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "unreachable"),
+    [
+        (502, {"message": "model server connection failed", "server": "model"}, True),
+        (504, {"message": "model server sent nothing", "server": "model"}, True),
+        (502, {"message": "model server answered 500", "server": "model", "status": 500}, False),
+        (502, {"message": "resources server down", "server": "resources"}, False),
+        (500, {"message": "boom", "server": "model"}, False),
+    ],
+)
+async def test_a_failure_says_when_the_agent_could_not_reach_its_model(
+    tmp_path: Path, status: int, error: dict[str, Any], unreachable: bool
+) -> None:
+    async def run(request: Request) -> Response:
+        return Response(orjson.dumps({"error": error}), status, media_type="application/json")
+
+    io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(call_each, "t")
+    async with (
+        serving(Starlette(routes=[Route("/run", run, methods=["POST"])])) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        outcome = await run_rollout(
+            http_agent(session, url + "/run"), Rollout(0, 0, 0, {}), None, io
+        )
+    await asyncio.to_thread(io.close)
+    assert outcome.kind == RolloutOutcome.FAILED
+    assert outcome.model_unreachable is unreachable
+    assert orjson.loads(outcome.line)["error"]["status"] == status

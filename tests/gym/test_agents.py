@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import orjson
 import pytest
 
 from rollcap._runtime.serving import serving
+from rollcap.affinity import choose_replica
 from rollcap.gym import (
     AGENTS,
     RESOURCES_SERVERS,
@@ -20,6 +22,8 @@ from rollcap.gym import (
     ResourcesServer,
     ResponsesAgent,
     SimpleResponsesAgent,
+    create_agent_app,
+    create_resources_app,
     example_data_path,
 )
 from rollcap.testing import FakeUpstream
@@ -311,6 +315,38 @@ def test_settings_normalize_and_validate() -> None:
         AgentSettings("m:8000", "http://r")
     with pytest.raises(ValueError, match="verify_timeout_s"):
         AgentSettings("http://m", "http://r", verify_timeout_s=0)
+
+
+def test_settings_take_several_model_servers() -> None:
+    settings = AgentSettings(("http://m0:8000/v1", "http://m1:8000/"), "http://r")
+    assert settings.model_base_url == ("http://m0:8000", "http://m1:8000")
+    assert AgentSettings(["http://m/v1"], "http://r").model_base_url == "http://m"  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least one model server"):
+        AgentSettings((), "http://r")
+    with pytest.raises(ValueError, match="must start with http"):
+        AgentSettings(("http://m", "m1"), "http://r")
+
+
+async def test_an_agent_with_two_model_servers_keeps_each_rollout_on_one(
+    tmp_path: Path,
+) -> None:
+    stubs = [StubModel(), StubModel()]
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(serving(stub.app())) for stub in stubs]
+        resources = await stack.enter_async_context(
+            serving(create_resources_app(McqaResourcesServer()))
+        )
+        agent = SimpleResponsesAgent(AgentSettings(tuple(urls), resources))
+        await stack.enter_async_context(serving(create_agent_app(agent)))  # its session
+        for task in range(10):
+            for _ in range(2):
+                body = {**TASK, "_ng_task_index": task, "_ng_rollout_index": 0}
+                assert (await agent.run(body))["reward"] == 1.0
+    for url, stub in zip(urls, stubs, strict=True):
+        mine = [t for t in range(10) if choose_replica(f"{t}-0", urls) == url]
+        assert len(stub.requests) == 2 * len(mine)
+    assert stubs[0].requests
+    assert stubs[1].requests
 
 
 def test_registries() -> None:

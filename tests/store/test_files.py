@@ -15,6 +15,8 @@ from rollcap.records import RawRecord
 from rollcap.store import (
     CaptureReadError,
     CaptureStore,
+    _files,
+    _shared,
     aggregate_model_call_metrics,
     read_model_call_records,
 )
@@ -439,3 +441,101 @@ def test_marker_for_names_the_file_mark_incomplete_leaves(tmp_path: Path) -> Non
     assert store.marker_for("0-0") == tmp_path / "calls" / "0-0.capture.incomplete"
     with pytest.raises(ValueError, match="rollout id"):
         store.marker_for("../x")
+
+
+# -- a cached descriptor whose file went away (shared filesystems) ---------------------------
+
+
+def _ids(store: CaptureStore, rollout_id: str) -> list[str]:
+    return [r["model_call_id"] for r in store.read(rollout_id)]
+
+
+@pytest.mark.parametrize("check_identity", [True, False])
+def test_a_file_renamed_away_and_recreated_under_a_cached_descriptor(
+    tmp_path: Path, check_identity: bool
+) -> None:
+    # What an NFS client does when a file open here is removed on this host: it renames it to
+    # .nfsXXXX, where it keeps its link. The cached descriptor's link count cannot tell.
+    store = CaptureStore(tmp_path, check_identity=check_identity)
+    store.append("0-0", numbered_record(0))
+    path = store.path_for("0-0")
+    hidden = tmp_path / ".nfs000000000001"
+    os.rename(path, hidden)
+    path.touch()  # the collector's reset: the next attempt's empty file
+    store.append("0-0", numbered_record(1))
+    hidden_ids = [orjson.loads(line)["model_call_id"] for line in hidden.read_bytes().splitlines()]
+    if check_identity:
+        assert _ids(store, "0-0") == [f"{1:032x}"]
+        assert hidden_ids == [f"{0:032x}"]
+    else:  # the control: without the check the record goes into the renamed file
+        assert _ids(store, "0-0") == []
+        assert hidden_ids == [f"{0:032x}", f"{1:032x}"]
+
+
+def test_the_identity_check_is_on_where_other_hosts_mount_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not CaptureStore(tmp_path)._check_identity  # this machine's own disk
+    nfs = tmp_path / "mountinfo"
+    nfs.write_text(f"40 27 0:50 / {tmp_path} rw - nfs4 fs1:/export rw,vers=4.2,hard\n")
+    real = _shared.on_shared_filesystem
+    monkeypatch.setattr(_files, "on_shared_filesystem", lambda d: real(d, mountinfo=str(nfs)))
+    assert CaptureStore(tmp_path / "calls")._check_identity
+    assert not CaptureStore(tmp_path, check_identity=False)._check_identity
+
+
+def test_append_many_follows_a_replaced_file_too(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path, check_identity=True)
+    store.append_many([("a", numbered_record(0)), ("b", numbered_record(1))])
+    os.replace(store.path_for("a"), tmp_path / "elsewhere")
+    store.path_for("a").touch()
+    results = store.append_many([("a", numbered_record(2)), ("b", numbered_record(3))])
+    assert results == [None, None]
+    assert _ids(store, "a") == [f"{2:032x}"]
+    assert _ids(store, "b") == [f"{1:032x}", f"{3:032x}"]
+
+
+@pytest.mark.parametrize("call", ["fstat", "write", "fsync"])
+def test_estale_once_reopens_and_appends_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    # A file removed on another NFS host: the cached handle answers ESTALE.
+    store = CaptureStore(tmp_path)
+    store.append("0-0", numbered_record(0))
+    real = getattr(os, call)
+    failed: list[int] = []
+
+    def stale_once(fd: int, *args: object) -> object:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real(fd, *args)
+
+    monkeypatch.setattr(os, call, stale_once)
+    store.append("0-0", numbered_record(1))
+    monkeypatch.setattr(os, call, real)
+    assert failed  # the fault was met
+    # Nothing lost; a record written before the fsync's ESTALE is written again, and a
+    # real ESTALE means that first copy went away with the file on the server.
+    ids = _ids(store, "0-0")
+    assert ids[0] == f"{0:032x}"
+    assert ids[-1] == f"{1:032x}"
+    assert ids.count(f"{1:032x}") == (2 if call == "fsync" else 1)
+    assert not store.is_incomplete("0-0")
+
+
+def test_a_file_that_keeps_going_stale_is_an_error_not_a_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path)
+    real_fstat = os.fstat
+
+    def always_stale(fd: int) -> os.stat_result:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".capture.jsonl"):
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", always_stale)
+    with pytest.raises(OSError, match="removed or replaced 8 times") as caught:
+        store.append("0-0", numbered_record(0))
+    assert caught.value.errno == errno.ESTALE

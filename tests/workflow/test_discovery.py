@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import orjson
 import pytest
 
+from rollcap.affinity import choose_replica
 from rollcap.workflow import HEAD_URL_ENV, list_servers, resolve_model_base_url
 
 SERVERS = [
@@ -69,3 +70,18 @@ def test_resolve_model_base_url_errors() -> None:
         resolve_model_base_url("policy_model", "0-0", head="http://127.0.0.1:9")
     with pytest.raises(ValueError, match="invalid rollout id"):
         resolve_model_base_url("policy_model", "../x", head="http://127.0.0.1:9")
+
+
+def test_a_replicated_model_server_gives_each_rollout_its_own_replica() -> None:
+    replicas = [{"url": f"http://10.0.0.{i}:80", "node_id": f"n{i}"} for i in range(3)]
+    model: dict[str, object] = {"name": "policy_model", "kind": "responses_api_models"}
+    servers = [{**model, "type": "x", "url": replicas[0]["url"], "replicas": replicas}]
+    urls = [r["url"] for r in replicas]
+    with _head(servers) as head:
+        for rollout_id in ("0-0", "1-0", "2-0", "3-0-a1", "4-1"):
+            url = resolve_model_base_url("policy_model", rollout_id, head=head)
+            assert url == f"{choose_replica(rollout_id, urls)}/ng-rollout/{rollout_id}/v1"
+            # Sticky: asking again gives the same replica.
+            assert resolve_model_base_url("policy_model", rollout_id, head=head) == url
+        chosen = {resolve_model_base_url("policy_model", f"{t}-0", head=head) for t in range(30)}
+    assert {url.split("/ng-rollout/")[0] for url in chosen} == set(urls)

@@ -17,6 +17,7 @@ from rollcap.config import ConfigError, load_config
 from rollcap.gym import example_data_path
 from rollcap.testing import FakeUpstream
 from rollcap.workflow import environment
+from rollcap.workflow._env import plan_servers
 from tests.conftest import SECRETS
 
 KEY = SECRETS[0]
@@ -147,6 +148,27 @@ async def test_server_blocks_and_an_entrypoint_resources_server(tmp_path: Path) 
     ]
     assert (result["reward"], result["graded_by"]) == (1.0, "always_right")
     assert len(CaptureStore(tmp_path / "calls").read("0-0")) == 1
+
+
+def test_a_planned_agent_gets_the_model_servers_name_and_its_own_settings(tmp_path: Path) -> None:
+    # What env start, eval run and a cluster's rollout workers build their agents from.
+    config = _config("http://127.0.0.1:9", tmp_path) | {
+        "policy_model": {"responses_api_models": {"openai_model": {}}},
+        "calc": {"resources_servers": {"calculator": {}}},
+        "tools": {
+            "responses_api_agents": {"simple_agent": {"resources_server": "calc", "max_steps": 3}}
+        },
+    }
+    plan = plan_servers(config)
+    settings = plan.agent("tools").settings(("http://a:1", "http://b:2"), "http://r:3")
+    assert (settings.model_server_name, settings.max_steps) == ("policy_model", 3)
+    assert settings.model_base_url == ("http://a:1", "http://b:2")
+    # The model server's bounds travel with the plan, to its replicas too.
+    assert plan.model_settings.max_request_bytes == 100 * 1024 * 1024
+    assert plan.header_read_timeout_s == 30.0
+    bounded = plan_servers(config | {"max_request_bytes": 4096, "header_read_timeout_s": 2.5})
+    assert bounded.model_settings.max_request_bytes == 4096
+    assert bounded.header_read_timeout_s == 2.5
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
-from rollcap.workflow import Progress
+from rollcap.collect import CollectionSummary
+from rollcap.workflow import Progress, format_summary
 
 
 class _Terminal(io.StringIO):
@@ -65,3 +67,16 @@ async def test_run_eval_calls_on_started_once_servers_are_up_and_before_any_roll
         )
     assert seen == [False]  # called once, before the first rollout reached the model
     assert summary.ran == 2
+
+
+def test_the_summary_says_how_many_rollouts_were_lost_and_what_to_do(tmp_path: Path) -> None:
+    keys = "rollouts mean_reward num_calls tokens_in tokens_out tokens_reasoning cached_tokens"
+    keys += " latency_p50_ms latency_p90_ms latency_p99_ms rollouts_without_calls"
+    metrics = dict.fromkeys(keys.split())
+    summary = CollectionSummary(
+        tmp_path / "o.jsonl", tmp_path / "f", tmp_path / "m", 10, 10, 0, 0, metrics, lost=3
+    )
+    text = format_summary(summary, None)
+    assert "LOST: 3 rollout(s)" in text
+    assert "--resume" in text
+    assert "LOST" not in format_summary(replace(summary, lost=0), None)

@@ -3,9 +3,11 @@
 ``collect`` is the I/O shell; the modules it drives are usable on their own: planning and
 resume bookkeeping (``plan_rollouts``, ``ResumeState``), the output and failure lines
 (``rollout_line``, which attaches the rollout's evidence, and ``failure_line``), the
-aggregate metrics (``MetricsAccumulator``, ``AggregateMetrics``), and ``reattach``, which
+aggregate metrics (``MetricsAccumulator``, ``AggregateMetrics``), the dispatch journal
+(``DispatchJournal``), resume's record of the attempts that ran, and ``reattach``, which
 rebuilds the evidence of a rollouts file from a capture directory (``rollcap capture
-attach``).
+attach``). ``run_rollout`` is one rollout's dispatch and builds its line; a caller-provided
+``Dispatch`` (collection across a cluster) runs the same ``run_rollout`` elsewhere.
 """
 
 from rollcap.collect._aggregate import (
@@ -14,6 +16,7 @@ from rollcap.collect._aggregate import (
     MetricsAccumulator,
     percentile,
 )
+from rollcap.collect._journal import DispatchJournal, dispatched_path
 from rollcap.collect._lines import (
     AgentAnswerError,
     check_agent_answer,
@@ -33,25 +36,39 @@ from rollcap.collect._plan import (
     planned_count,
 )
 from rollcap.collect._reattach import ReattachSummary, reattach, reattach_line
-from rollcap.collect._runner import ProgressCallback, collect
+from rollcap.collect._runner import (
+    AgentCall,
+    Dispatch,
+    ProgressCallback,
+    RolloutOutcome,
+    collect,
+    http_agent,
+    run_rollout,
+)
 
 __all__ = [
     "AgentAnswerError",
+    "AgentCall",
     "AggregateMetrics",
     "CollectionSummary",
+    "Dispatch",
+    "DispatchJournal",
     "InputError",
     "MetricsAccumulator",
     "ProgressCallback",
     "ReattachSummary",
     "ResumeState",
     "Rollout",
+    "RolloutOutcome",
     "aggregate_metrics_path",
     "check_agent_answer",
     "collect",
     "count_tasks",
+    "dispatched_path",
     "failure_line",
     "failures_path",
     "has_evidence",
+    "http_agent",
     "iter_tasks",
     "percentile",
     "plan_rollouts",
@@ -59,4 +76,5 @@ __all__ = [
     "reattach",
     "reattach_line",
     "rollout_line",
+    "run_rollout",
 ]

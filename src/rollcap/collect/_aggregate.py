@@ -51,8 +51,9 @@ class CollectionSummary:
 
     ``rollouts`` counts the output file's lines (earlier runs' included when resuming),
     ``ran`` and ``failed`` this run's rollouts, ``skipped`` those an earlier run finished.
-    ``metrics`` is the whole run's summary; ``aggregate_metrics`` what the metrics file holds,
-    one entry per environment server.
+    ``lost``: this run's rollouts written nowhere because what ran them died (collection across
+    a cluster); ``--resume`` runs them again. ``metrics`` is the whole run's summary;
+    ``aggregate_metrics`` what the metrics file holds, one entry per environment server.
     """
 
     output_path: Path
@@ -63,6 +64,7 @@ class CollectionSummary:
     failed: int
     skipped: int
     metrics: Mapping[str, Any]
+    lost: int = 0
     aggregate_metrics: Sequence[Mapping[str, Any]] = ()
 
     @property

@@ -6,12 +6,15 @@ kept lines. Each task becomes ``num_repeats`` rollouts.
 
 Resume bookkeeping counts attempts. A (task, rollout) pair is finished once the output holds a
 line for it. Every other pair runs again with attempt index = attempts so far, where an attempt
-counts once it was dispatched: a line in the failures file, or a capture file (or incomplete
-marker) under the pair's attempt id. The collector creates that capture file, empty, right
-before dispatch, so even a rollout that was in flight without any model call when a run was
-killed counts; otherwise the killed run's agent, possibly still running, could append to the
-file of the rollout's next attempt. Without capture there are no such files and nothing that
-could mix: a rollout that was in flight then runs again under its old attempt index.
+counts once it was dispatched: a line in the dispatch journal (``_journal``: written and synced
+before the attempt runs, the authority), a line in the failures file, or a capture file (or
+incomplete marker) under the pair's attempt id (what a run without a journal left; the collector
+creates the file, empty, right before dispatch). So even a rollout that was in flight without
+any model call when a run was killed counts; otherwise the killed run's agent, possibly still
+running, could append to the file of the rollout's next attempt. A listing of the capture
+directory that another host sees stale can only miss attempts the journal has. Without capture
+there is no journal and nothing that could mix: a rollout that was in flight then runs again
+under its old attempt index.
 """
 
 from __future__ import annotations
@@ -129,8 +132,10 @@ class ResumeState:
         output_lines: Iterable[bytes],
         failure_lines: Iterable[bytes] = (),
         capture_names: Iterable[str] = (),
+        dispatched_lines: Iterable[bytes] = (),
     ) -> ResumeState:
-        """Read the output file, the failures file and the capture directory's file names.
+        """Read the output file, the failures file, the capture directory's file names and the
+        dispatch journal.
 
         A line that does not parse (the torn last line of a killed run) finishes nothing.
         """
@@ -143,10 +148,11 @@ class ResumeState:
                 state.bad_output_lines += 1
             else:
                 state.finished.add(ids[:2])
-        for line in failure_lines:
-            ids = None if _is_blank(line) else rollout_line_ids(line)
-            if ids is not None:
-                state._saw_attempt(ids[:2], ids[2])
+        for lines in (failure_lines, dispatched_lines):
+            for line in lines:
+                ids = None if _is_blank(line) else rollout_line_ids(line)
+                if ids is not None:
+                    state._saw_attempt(ids[:2], ids[2])
         for name in capture_names:
             match = _CAPTURE_NAME.match(name)
             if match is not None:

@@ -3,10 +3,18 @@
 The shape of one run::
 
     input lines --plan (lazy)--> workers (a fixed pool, one aiohttp session)
-        worker: clear + mark the rollout-attempt's capture -> POST /run (timed) -> the line with
-                its evidence (``rollout_line``), encoded, in a thread -> bounded queue
+        worker: journal the rollout-attempt (fsynced, in batches), clear + mark its capture
+                -> dispatch: POST /run (timed) -> the line with its evidence
+                (``rollout_line``), encoded, in a thread -> bounded queue
     queue --> one writer task: append + flush, in a thread
     end:  read the output back, sort it by (task, rollout), aggregate, write the metrics file
+
+Dispatch is ``run_rollout`` against the agent's URL, or what the caller hands in: collection
+across a cluster (``rollcap.cluster``) runs the same ``run_rollout`` on the nodes, so a line
+built there carries the same evidence as one built here. A dispatch
+that comes back *lost* (its worker, node or model server died with it) wrote nothing: the
+rollout runs again at once under the next attempt id, up to ``lost_retries`` times, and is
+otherwise left to ``--resume``.
 
 Memory stays flat in the number of tasks: the plan is a generator over the input file, the
 workers hold one rollout each, the queue is bounded, and the final pass keeps a few numbers per
@@ -23,7 +31,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +41,7 @@ import orjson
 
 from rollcap._runtime.batch import BatchThread, call_each
 from rollcap.collect._aggregate import ENVIRONMENT_SERVER_KEY, AggregateMetrics, CollectionSummary
+from rollcap.collect._journal import DispatchJournal, dispatched_path
 from rollcap.collect._lines import (
     AgentAnswerError,
     check_agent_answer,
@@ -52,7 +62,15 @@ from rollcap.collect._plan import (
 )
 from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
 
-__all__ = ["ProgressCallback", "collect"]
+__all__ = [
+    "AgentCall",
+    "Dispatch",
+    "ProgressCallback",
+    "RolloutOutcome",
+    "collect",
+    "http_agent",
+    "run_rollout",
+]
 
 log = logging.getLogger("rollcap.collect")
 
@@ -66,17 +84,55 @@ run finished.
 _ERROR_BODY_LIMIT = 2000  # characters of a non-JSON error body kept in the failures file
 _OK, _FAILED = 0, 1
 _STOP = object()
+# What an agent answers when it could not reach its model server at all (the gym's agents).
+_MODEL_UNREACHABLE_STATUSES = (502, 504)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutOutcome:
+    """How one dispatch of a rollout ended, as plain data (it crosses process boundaries).
+
+    ``kind``: ``"ok"`` (``line`` is the output line), ``"failed"`` (``line`` is the failures
+    line) or ``"lost"`` (nothing to write: what ran it died; ``reason`` says what). Lines are
+    encoded, newline included. ``model_unreachable``: the agent failed because it could not
+    reach its model server, which a dispatcher may know to be dead.
+    """
+
+    kind: str
+    line: bytes = b""
+    reason: str = ""
+    model_unreachable: bool = False
+
+    OK = "ok"
+    FAILED = "failed"
+    LOST = "lost"
+
+    @classmethod
+    def lost(cls, reason: str) -> RolloutOutcome:
+        return cls(cls.LOST, reason=reason)
+
+
+AgentCall = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+"""How a ``/run`` body reaches an agent (``http_agent``, or an app called in-process): the
+answer's status and body. ``TimeoutError`` or ``aiohttp.ClientError`` when none came."""
+
+Dispatch = Callable[[Rollout], Awaitable[RolloutOutcome]]
+"""Runs one rollout attempt somewhere and says how it ended; never raises for the rollout's
+own failures (those are ``"failed"`` outcomes). Its capture is already reset when called."""
 
 
 class _RolloutFailed(Exception):
-    def __init__(self, kind: str, message: str, **detail: Any) -> None:
+    def __init__(
+        self, kind: str, message: str, *, model_unreachable: bool = False, **detail: Any
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.detail = detail
+        self.model_unreachable = model_unreachable
 
 
 async def collect(
-    agent_url: str,
+    agent_url: str | None,
     input_path: str | os.PathLike[str],
     output_path: str | os.PathLike[str],
     *,
@@ -88,18 +144,26 @@ async def collect(
     progress: ProgressCallback | None = None,
     request_timeout: float | None = None,
     agent_name: str = "agent",
+    dispatch: Dispatch | None = None,
+    lost_retries: int = 1,
 ) -> CollectionSummary:
     """Collect the rollouts of ``input_path`` from the agent at ``agent_url`` (its base URL).
 
     With ``capture_dir`` (the model servers' ``model_call_capture_dir``) each line gets
-    ``ng_model_call_capture``, ``ng_trajectory`` and ``ng_perf``; without it, a line gets
-    ``ng_trajectory`` when the agent answered evidence of its own (``rollout_line``). Without
-    ``resume`` the output and failures files are started afresh; with it, rollouts the output
-    already holds are skipped and the others run again under a new attempt id.
-    ``request_timeout`` bounds one ``/run`` call in seconds (``None``: no bound). ``agent_name``
-    names the agent in the metrics file. Bad input raises ``InputError`` before anything is
-    dispatched.
+    ``ng_model_call_capture``, ``ng_trajectory`` and ``ng_perf``, and every attempt is written
+    to the dispatch journal before it runs; without it, a line gets ``ng_trajectory`` when the
+    agent answered evidence of its own (``rollout_line``). Without ``resume`` the output,
+    failures and journal files are started afresh; with it, rollouts the output already holds
+    are skipped and the others run again under a new attempt id. ``request_timeout`` bounds
+    one ``/run`` call in seconds (``None``: no bound). ``agent_name`` names the agent in the
+    metrics file. ``dispatch`` replaces the call of ``agent_url`` (then ``None``); a rollout it
+    loses runs again at once under the next attempt id, at most ``lost_retries`` times. Bad
+    input raises ``InputError`` before anything is dispatched.
     """
+    if (agent_url is None) == (dispatch is None):
+        raise ValueError("collect needs exactly one of agent_url and dispatch")
+    if lost_retries < 0:
+        raise ValueError(f"lost_retries must be at least 0, not {lost_retries}")
     if num_repeats < 1:
         raise ValueError(f"num_repeats must be at least 1, not {num_repeats}")
     if concurrency < 1:
@@ -108,6 +172,8 @@ async def collect(
         raise ValueError(f"limit must be at least 0, not {limit}")
     run = _Run(
         agent_url=agent_url,
+        dispatch=dispatch,
+        lost_retries=lost_retries,
         input_path=Path(input_path),
         output_path=Path(output_path),
         store=None if capture_dir is None else CaptureStore(capture_dir),
@@ -147,7 +213,9 @@ class _Run:
     def __init__(
         self,
         *,
-        agent_url: str,
+        agent_url: str | None,
+        dispatch: Dispatch | None,
+        lost_retries: int,
         input_path: Path,
         output_path: Path,
         store: CaptureStore | None,
@@ -159,10 +227,13 @@ class _Run:
         request_timeout: float | None,
         agent_name: str,
     ) -> None:
-        self.run_url = agent_url.rstrip("/") + "/run"
+        self.run_url = None if agent_url is None else agent_url.rstrip("/") + "/run"
+        self.dispatch = dispatch
+        self.lost_retries = lost_retries
         self.input_path = input_path
         self.output_path = output_path
         self.failures_path = failures_path(output_path)
+        self.journal = DispatchJournal(dispatched_path(output_path)) if store is not None else None
         self.metrics_path = aggregate_metrics_path(output_path)
         self.store = store
         self.limit = limit
@@ -175,6 +246,7 @@ class _Run:
         self.total = 0
         self.done = 0
         self.failed = 0
+        self.lost = 0
         # This run's failures per environment server (JSON of the server -> server, count).
         self.failed_by_server: dict[bytes, tuple[Any, int]] = {}
         # The capture's file work of every rollout (clear before, read after) goes through one
@@ -182,6 +254,8 @@ class _Run:
         self.io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(
             call_each, "rollcap-collect-io"
         )
+        # Attempts are journaled in batches: one write and one fsync for all that start at once.
+        self.starts: BatchThread[Rollout, None] = BatchThread(self._start_all, "rollcap-start")
         # Bounded, so that a slow disk holds the workers back instead of growing memory.
         self.queue: asyncio.Queue[tuple[int, bytes] | object] = asyncio.Queue(2 * concurrency)
 
@@ -204,6 +278,7 @@ class _Run:
             failed=self.failed,
             skipped=skipped,
             metrics=metrics,
+            lost=self.lost,
             aggregate_metrics=entries,
         )
 
@@ -221,11 +296,13 @@ class _Run:
         self.output_path.parent.mkdir(parents=True, exist_ok=True)
         if self.store is not None:
             self.store.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        journal = dispatched_path(self.output_path)
         if not self.resume:
             self.output_path.write_bytes(b"")
             self.failures_path.unlink(missing_ok=True)
+            journal.unlink(missing_ok=True)
             return None
-        for path in (self.output_path, self.failures_path):
+        for path in (self.output_path, self.failures_path, journal):
             _cut_torn_tail(path)
         names: list[str] = []
         if self.store is not None:
@@ -237,7 +314,8 @@ class _Run:
         with contextlib.ExitStack() as stack:
             output = _lines_of(stack, self.output_path)
             failures = _lines_of(stack, self.failures_path)
-            state = ResumeState.from_files(output, failures, names)
+            dispatched = _lines_of(stack, journal)
+            state = ResumeState.from_files(output, failures, names, dispatched)
         if state.bad_output_lines:
             log.warning(
                 "%s: %d lines are not rollout lines; their rollouts run again",
@@ -254,11 +332,18 @@ class _Run:
             aiohttp.ClientSession(connector=connector, timeout=self.timeout) as session,
             _Writer(self.output_path, self.failures_path) as writer,
         ):
+            dispatch = self.dispatch
+            if dispatch is None:
+                assert self.run_url is not None
+                agent = http_agent(session, self.run_url)
+
+                async def dispatch(rollout: Rollout) -> RolloutOutcome:
+                    return await run_rollout(agent, rollout, self.store, self.io)
 
             async def work() -> None:
                 # next() never awaits, so the workers can share one generator.
                 for rollout in plan:
-                    await self._run_one(session, rollout)
+                    await self._run_one(dispatch, rollout)
 
             async def workers() -> None:
                 async with asyncio.TaskGroup() as group:
@@ -272,24 +357,29 @@ class _Run:
                     group.create_task(workers())
             finally:
                 await asyncio.to_thread(self.io.close)
+                await asyncio.to_thread(self.starts.close)
+                if self.journal is not None:
+                    self.journal.close()
 
-    async def _run_one(self, session: aiohttp.ClientSession, rollout: Rollout) -> None:
-        if self.store is not None:
-            await self.io.submit((_start_capture, (self.store, rollout.rollout_id)))
-        try:
-            answer, latency_ms = await self._call_agent(session, rollout)
-        except _RolloutFailed as exc:
-            line = failure_line(rollout, exc.kind, str(exc), **exc.detail)
-            await self.queue.put((_FAILED, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)))
+    async def _run_one(self, dispatch: Dispatch, rollout: Rollout) -> None:
+        for retry in range(self.lost_retries + 1):
+            if retry:
+                rollout = replace(rollout, attempt_index=rollout.attempt_index + 1)
+            if self.store is not None:
+                await self.starts.submit(rollout)
+            outcome = await dispatch(rollout)
+            if outcome.kind != RolloutOutcome.LOST:
+                break
+            log.warning("rollout %s was lost: %s", rollout.rollout_id, outcome.reason)
+        if outcome.kind == RolloutOutcome.OK:
+            await self.queue.put((_OK, outcome.line))
+        elif outcome.kind == RolloutOutcome.FAILED:
+            await self.queue.put((_FAILED, outcome.line))
             self.failed += 1
             self._failed_on(rollout.task.get(ENVIRONMENT_SERVER_KEY))
         else:
-            work = (_encode_rollout, (self.store, rollout, answer, latency_ms))
-            if self.store is None and not has_evidence(answer):
-                data = _encode_rollout(*work[1])  # nothing to read or build: no thread needed
-            else:
-                data = await self.io.submit(work)
-            await self.queue.put((_OK, data))
+            # Written nowhere: a resumed run gives it the attempt after this one.
+            self.lost += 1
         self.done += 1
         self._report()
 
@@ -298,38 +388,15 @@ class _Run:
         _, count = self.failed_by_server.get(key, (environment_server, 0))
         self.failed_by_server[key] = (environment_server, count + 1)
 
-    async def _call_agent(
-        self, session: aiohttp.ClientSession, rollout: Rollout
-    ) -> tuple[dict[str, Any], float]:
-        """The agent's checked answer, and the wall-clock of its ``/run`` in milliseconds: from
-        the request's start until its answer was read and parsed."""
-        body = orjson.dumps(rollout.run_body())
-        started = time.perf_counter()
+    def _start_all(self, rollouts: list[Rollout]) -> Sequence[BaseException | None]:
+        """Journal a batch of attempts (one write, one fsync), then clear + mark each capture."""
+        assert self.journal is not None
+        assert self.store is not None
         try:
-            async with session.post(
-                self.run_url, data=body, headers={"content-type": "application/json"}
-            ) as response:
-                status = response.status
-                raw = await response.read()
-        except TimeoutError:
-            raise _RolloutFailed("timeout", "the agent did not answer in time") from None
-        except aiohttp.ClientError as exc:
-            raise _RolloutFailed("connection", f"{type(exc).__name__}: {exc}") from None
-        if not 200 <= status < 300:
-            raise _RolloutFailed(
-                "agent_error", f"the agent answered HTTP {status}", status=status, body=_body(raw)
-            )
-        try:
-            answer = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise _RolloutFailed(
-                "bad_json", f"the agent's answer is not JSON ({exc})", body=_body(raw)
-            ) from None
-        latency_ms = (time.perf_counter() - started) * 1000
-        try:
-            return check_agent_answer(answer), latency_ms
-        except AgentAnswerError as exc:
-            raise _RolloutFailed("bad_answer", str(exc)) from None
+            self.journal.record(rollouts)
+        except Exception as exc:
+            return [exc] * len(rollouts)
+        return call_each([(_start_capture, (self.store, r.rollout_id)) for r in rollouts])
 
     # -- after: sort and aggregate (blocking, run in a thread) --
 
@@ -426,11 +493,99 @@ class _Writer:
             handle.flush()
 
 
+def http_agent(session: aiohttp.ClientSession, run_url: str) -> AgentCall:
+    """The agent at ``run_url`` (its ``/run``), called over ``session``."""
+
+    async def call(body: bytes) -> tuple[int, bytes]:
+        async with session.post(
+            run_url, data=body, headers={"content-type": "application/json"}
+        ) as response:
+            return response.status, await response.read()
+
+    return call
+
+
+async def run_rollout(
+    agent: AgentCall,
+    rollout: Rollout,
+    store: CaptureStore | None,
+    io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any],
+) -> RolloutOutcome:
+    """Run the rollout through the agent's ``/run`` and build its line: an ``"ok"`` or
+    ``"failed"`` outcome.
+
+    The one path from an agent's answer to an output line, for local collection and for a
+    cluster's workers alike: ``rollout_line`` with the measured ``/run`` wall-clock, so the
+    line has the evidence keys (``ng_model_call_capture`` and ``ng_perf`` with ``store``, the
+    capture to attach, read and encoded through ``io``; ``ng_trajectory`` whenever there is
+    evidence).
+    """
+    try:
+        answer, latency_ms = await _call_agent(agent, rollout)
+    except _RolloutFailed as exc:
+        line = failure_line(rollout, exc.kind, str(exc), **exc.detail)
+        return RolloutOutcome(
+            RolloutOutcome.FAILED,
+            orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE),
+            model_unreachable=exc.model_unreachable,
+        )
+    work = (_encode_rollout, (store, rollout, answer, latency_ms))
+    if store is None and not has_evidence(answer):
+        data = _encode_rollout(*work[1])  # nothing to read or build: no thread needed
+    else:
+        data = await io.submit(work)
+    return RolloutOutcome(RolloutOutcome.OK, data)
+
+
+async def _call_agent(agent: AgentCall, rollout: Rollout) -> tuple[dict[str, Any], float]:
+    """The agent's checked answer, and the wall-clock of its ``/run`` in milliseconds: from
+    the request's start until its answer was read and parsed."""
+    body = orjson.dumps(rollout.run_body())
+    started = time.perf_counter()
+    try:
+        status, raw = await agent(body)
+    except TimeoutError:
+        raise _RolloutFailed("timeout", "the agent did not answer in time") from None
+    except aiohttp.ClientError as exc:
+        raise _RolloutFailed("connection", f"{type(exc).__name__}: {exc}") from None
+    if not 200 <= status < 300:
+        error_body = _body(raw)
+        raise _RolloutFailed(
+            "agent_error",
+            f"the agent answered HTTP {status}",
+            model_unreachable=_model_unreachable(status, error_body),
+            status=status,
+            body=error_body,
+        )
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _RolloutFailed(
+            "bad_json", f"the agent's answer is not JSON ({exc})", body=_body(raw)
+        ) from None
+    latency_ms = (time.perf_counter() - started) * 1000
+    try:
+        return check_agent_answer(answer), latency_ms
+    except AgentAnswerError as exc:
+        raise _RolloutFailed("bad_answer", str(exc)) from None
+
+
+def _model_unreachable(status: int, body: Any) -> bool:
+    """An agent's error that says its model server gave no answer at all (no ``status``)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return (
+        status in _MODEL_UNREACHABLE_STATUSES
+        and isinstance(error, dict)
+        and error.get("server") == "model"
+        and "status" not in error
+    )
+
+
 def _start_capture(store: CaptureStore, rollout_id: str) -> None:
     """Clear the rollout-attempt's capture, and leave its empty file as the attempt's mark.
 
-    The empty file tells a resumed run this attempt was dispatched (see ``_plan``); to readers
-    it is a rollout with no calls yet.
+    The journal says this attempt was dispatched; the empty file says so to a resumed run
+    that has no journal (see ``_plan``); to readers it is a rollout with no calls yet.
     """
     store.reset(rollout_id)
 

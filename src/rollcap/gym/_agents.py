@@ -44,6 +44,7 @@ from rollcap._json import load_json_object
 from rollcap._proxy.asgi import send_json
 from rollcap._proxy.forward import UpstreamFailure, read_whole, relay, upstream_failures
 from rollcap._proxy.relay import BreakOffMiddleware, StreamResponse
+from rollcap.affinity import choose_replica
 from rollcap.dialects import error_message, openai_error
 from rollcap.gym._http import (
     InvalidRequest,
@@ -52,7 +53,7 @@ from rollcap.gym._http import (
     read_json_object,
 )
 from rollcap.gym._resources import VerifyResultError, check_verify_result
-from rollcap.routing import strip_prefix, url_path_for_request
+from rollcap.routing import split_prefix, strip_prefix, url_path_for_request
 from rollcap.sse import is_event_stream
 
 __all__ = [
@@ -78,19 +79,26 @@ def _normalized_base_url(field: str, url: str) -> str:
     return url.rstrip("/")
 
 
+def _model_root(url: str) -> str:
+    model = _normalized_base_url("model_base_url", url)
+    return model[: -len("/v1")] if model.endswith("/v1") else model
+
+
 @dataclass(frozen=True, slots=True)
 class AgentSettings:
     """One agent server's configuration.
 
     ``model_base_url`` is the policy model server's root (``http://host:port``; a trailing
     ``/v1`` is accepted and dropped, since the agent adds ``/v1/responses`` after the rollout
-    prefix). ``model_name`` fills in a request's ``model`` when it has none. Timeouts are in
+    prefix), or the roots of its replicas: each rollout's calls then go to one of them
+    (``rollcap.affinity.choose_replica`` of the rollout id), calls without a rollout to the
+    first. ``model_name`` fills in a request's ``model`` when it has none. Timeouts are in
     seconds: ``model_read_timeout_s`` is the longest silence allowed between two bytes of a model
     answer (a long generation is fine while it streams), ``verify_timeout_s`` the whole verify
     call.
     """
 
-    model_base_url: str
+    model_base_url: str | tuple[str, ...]
     resources_base_url: str
     model_name: str | None = None
     name: str = "agent"
@@ -101,10 +109,11 @@ class AgentSettings:
     max_steps: int = 10
 
     def __post_init__(self) -> None:
-        model = _normalized_base_url("model_base_url", self.model_base_url)
-        if model.endswith("/v1"):
-            model = model[: -len("/v1")]
-        object.__setattr__(self, "model_base_url", model)
+        given = self.model_base_url
+        urls = tuple(_model_root(url) for url in ((given,) if isinstance(given, str) else given))
+        if not urls:
+            raise ValueError("model_base_url must name at least one model server")
+        object.__setattr__(self, "model_base_url", urls[0] if len(urls) == 1 else urls)
         resources = _normalized_base_url("resources_base_url", self.resources_base_url)
         object.__setattr__(self, "resources_base_url", resources)
         for field in ("connect_timeout_s", "model_read_timeout_s", "verify_timeout_s"):
@@ -190,7 +199,7 @@ class ResponsesAgent:
 
         The model server's status and body come back unchanged, streamed when it streams.
         """
-        url = self.settings.model_base_url + url_path_for_request(RESPONSES_PATH, request)
+        url = self.model_url(url_path_for_request(RESPONSES_PATH, request))
         headers = {"content-type": "application/json"}
         session_id = request.headers.get("x-session-id")
         if session_id is not None:
@@ -203,6 +212,15 @@ class ResponsesAgent:
         return Response(raw, status_code=upstream.status, headers=relayed)
 
     # -- helpers
+
+    def model_url(self, url_path: str) -> str:
+        """The model server's URL of ``url_path``: with replicas, the one its rollout (from the
+        path's ``/ng-rollout/<id>`` prefix) sticks to."""
+        bases = self.settings.model_base_url
+        if isinstance(bases, str):
+            return bases + url_path
+        rollout_id, _ = split_prefix(url_path)
+        return (bases[0] if rollout_id is None else choose_replica(rollout_id, bases)) + url_path
 
     def with_model(self, params: dict[str, Any]) -> dict[str, Any]:
         """``params`` with the configured model name when it names none."""
@@ -244,7 +262,7 @@ class ResponsesAgent:
     ) -> tuple[dict[str, Any], str | None]:
         """As ``call_model``, with the id the model server captured the call under
         (``x-rollcap-model-call-id``), or ``None`` when it did not capture it."""
-        url = self.settings.model_base_url + url_path
+        url = self.model_url(url_path)
         headers = {"content-type": "application/json"}
         upstream = await self._open_model(url, params, headers)
         call_id = upstream.headers.get(MODEL_CALL_ID_HEADER)

@@ -30,6 +30,7 @@ from rollcap._proxy.forward import (
 from rollcap._proxy.relay import StreamResponse
 from rollcap.config import MAX_REQUEST_BYTES
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
+from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import (
     error_body,
     failure_answer,
@@ -68,7 +69,7 @@ class ModelServerSettings:
     """
 
     model_type: str
-    base_url: str | None
+    base_url: str | tuple[str, ...] | None  # several: each rollout sticks to one
     api_key: str | None = None
     name: str = "policy_model"
     capture_dir: Path | None = None
@@ -154,7 +155,7 @@ class _Forwarder:
         """The upstream's response, or the server's own error answer when there is none."""
         assert self.session is not None, "the server's lifespan did not start"
         headers = self.backend.headers(request.headers.items())
-        url = self.backend.url_for(path)
+        url = self.backend.url_for(path, request.scope.get(SCOPE_ROLLOUT_ID_KEY))
         if recorder is not None:
             recorder.upstream_attempt()
         try:

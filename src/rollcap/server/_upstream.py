@@ -1,15 +1,20 @@
 """Upstream backends: where a model type sends a call, and with which credentials.
 
 A backend only decides the URL and the headers. Forwarding itself (one shared aiohttp session,
-bytes passed through untouched) is the same for every pass-through model type.
+bytes passed through untouched) is the same for every pass-through model type. With several
+upstreams (``policy_base_url`` a list) each rollout's calls go to one of them, chosen by
+``rollcap.affinity.choose_replica`` of its rollout id, so an engine keeps a rollout's prefix
+cache; a call without a rollout goes to the first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rollcap._proxy.headers import outgoing, upstream_url
+from rollcap.affinity import choose_replica
 
 __all__ = ["LOCAL_MODEL", "MODEL_TYPES", "Backend", "backend_for"]
 
@@ -26,9 +31,14 @@ class Backend:
     query: str = ""  # e.g. Azure's api-version
     # The upstream speaks only Chat Completions: Responses and Messages calls are translated.
     translate_to_chat: bool = False
+    # Every upstream when there are several (``base_url`` is the first).
+    base_urls: tuple[str, ...] = ()
 
-    def url_for(self, path: str) -> str:
-        return upstream_url(self.base_url, path, self.query)
+    def url_for(self, path: str, rollout_id: str | None = None) -> str:
+        base = self.base_url
+        if rollout_id is not None and len(self.base_urls) > 1:
+            base = choose_replica(rollout_id, self.base_urls)
+        return upstream_url(base, path, self.query)
 
     def headers(
         self, client_headers: Iterable[tuple[str, str]], *, content_type: str | None = None
@@ -57,12 +67,15 @@ LOCAL_MODEL = "local_model"
 def backend_for(
     model_type: str,
     *,
-    base_url: str | None,
+    base_url: str | Sequence[str] | None,
     api_key: str | None,
     pass_client_credentials: bool = False,
     extra: Mapping[str, str] | None = None,
 ) -> Backend:
-    """The backend of a model type; a clear ``ValueError`` for what cannot work."""
+    """The backend of a model type; a clear ``ValueError`` for what cannot work.
+
+    ``base_url`` may be several upstreams, each rollout sticking to one.
+    """
     if model_type not in MODEL_TYPES:
         raise ValueError(
             f"unknown or not yet supported model type {model_type!r}: "
@@ -73,11 +86,23 @@ def backend_for(
 
         require_local_model()  # fail now, naming the install, rather than at the first call
         return Backend(model_type, "", None, "authorization", translate_to_chat=True)
-    if not base_url:
+    urls = (base_url,) if isinstance(base_url, str) else tuple(base_url or ())
+    if not urls or not all(urls):
         raise ValueError(f"model type {model_type} needs policy_base_url (the upstream's URL)")
-    if not base_url.startswith(("http://", "https://")):
-        raise ValueError(f"policy_base_url {base_url!r} must start with http:// or https://")
-    extra = extra or {}
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"policy_base_url {url!r} must start with http:// or https://")
+    backend = _backend(model_type, urls[0], api_key, pass_client_credentials, extra or {})
+    return dataclasses.replace(backend, base_urls=urls) if len(urls) > 1 else backend
+
+
+def _backend(
+    model_type: str,
+    base_url: str,
+    api_key: str | None,
+    pass_client_credentials: bool,
+    extra: Mapping[str, str],
+) -> Backend:
     if model_type == "anthropic_model":
         return Backend(model_type, base_url, api_key, "x-api-key", pass_client_credentials)
     if model_type == "azure_openai_model":

@@ -8,7 +8,9 @@ they never see half a line that is being written; a torn line left by a crash is
 ``read_available`` skips.
 
 A store keeps the files it appends to open, and threads appending to one file at the same time
-share one write and one fsync (``_group_commit``).
+share one write and one fsync (``_group_commit``). A cached descriptor whose file was removed or
+replaced under it (another process's ``reset``; on NFS a silly-renamed file, or ``ESTALE``) is
+found out under the lock and the record goes to the file at the path instead.
 
 Everything here blocks; async callers run it in a thread (the model server's ``RecordWriter``).
 """
@@ -16,6 +18,7 @@ Everything here blocks; async callers run it in a thread (the model server's ``R
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import sys
@@ -34,6 +37,7 @@ from rollcap.ids import validate_rollout_id
 from rollcap.metrics import aggregate_raw
 from rollcap.records import ModelCallRecord, RawRecord
 from rollcap.store._group_commit import Handle, Pending, Sync, commit, finish
+from rollcap.store._shared import on_shared_filesystem
 
 __all__ = [
     "CAPTURE_SUFFIX",
@@ -51,6 +55,8 @@ _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 # How many threads append_many syncs a batch's files in; each syncs its share one by one.
 _SYNC_LANES = 4
+# An append whose file keeps being removed or replaced under it gives up after this many tries.
+_STALE_RETRIES = 8
 
 
 class CaptureReadError(ValueError):
@@ -120,6 +126,12 @@ class CaptureStore:
 
     Appends keep up to ``max_open`` rollout files open (least recently used go first);
     ``close()``, or leaving a ``with`` block, closes them, and a later append reopens.
+
+    ``check_identity``: before each write, under the lock, check that a cached descriptor is
+    still the file at its path (one ``stat``). On a local filesystem a file removed or replaced
+    under a descriptor has no link left, which the write sees anyway; on NFS a file removed on
+    this host while open is renamed to ``.nfsXXXX`` and keeps its link. Default: on for a
+    filesystem other hosts mount (``on_shared_filesystem``), off otherwise.
     """
 
     def __init__(
@@ -129,6 +141,7 @@ class CaptureStore:
         max_open: int = 256,
         suffix: str = CAPTURE_SUFFIX,
         marker_suffix: str = INCOMPLETE_SUFFIX,
+        check_identity: bool | None = None,
     ) -> None:
         if max_open < 1:
             raise ValueError("max_open must be at least 1")
@@ -141,6 +154,9 @@ class CaptureStore:
         # Appends build paths as strings: pathlib costs more than the syscalls of an append.
         self._prefix = os.path.join(os.fspath(directory), "")
         self._max_open = max_open
+        if check_identity is None:
+            check_identity = on_shared_filesystem(directory)
+        self._check_identity = check_identity
         self._lock = threading.Lock()  # guards _handles
         self._handles: OrderedDict[str, Handle] = OrderedDict()  # least recently used first
         self._sync_pool: ThreadPoolExecutor | None = None  # append_many's syncs, made on use
@@ -236,7 +252,7 @@ class CaptureStore:
                 return handle, False
         # Opening may create the file and sync the directory: not under the store-wide lock.
         fd, created = self._open_for_append(path, sync_new=sync_new)
-        handle = Handle(fd)
+        handle = Handle(fd, path if self._check_identity else None)
         with self._lock:
             stale = [self._handles.pop(path, None)]  # retired, or opened by a racing thread
             self._handles[path] = handle
@@ -257,7 +273,7 @@ class CaptureStore:
         """Append one record durably; returns only after the line is fsynced."""
         path = self._file(rollout_id)
         line = _encode_line(record)
-        while True:
+        for _ in range(_STALE_RETRIES):
             handle, _ = self._checkout(path)
             outcome = commit(handle, Pending(line))
             if outcome is True:
@@ -269,6 +285,9 @@ class CaptureStore:
             self._drop(path, handle)
             if isinstance(outcome, BaseException):
                 raise outcome
+        raise OSError(
+            errno.ESTALE, f"{path} was removed or replaced {_STALE_RETRIES} times while appending"
+        )
 
     def append_many(
         self, items: Sequence[tuple[str, RawRecord | Mapping[str, Any]]]

@@ -11,6 +11,14 @@ while the one before it is being synced, and every follower wakes with its batch
 ``Sync`` after the write, for ``finish`` to sync later (``CaptureStore.append_many`` writes every
 file of a batch before it syncs any). Under many threads the cost of an append is then mostly
 the number of system calls that release the GIL, not the system calls themselves.
+
+A cached descriptor can outlive its file: another process (the collector's ``reset``) removes or
+replaces it. Under the lock, the write checks that the file still has a link and, for a handle
+given its path (the store does so on a shared filesystem), that the descriptor is still the file
+at that path (device and inode of both: on NFS a file removed on this host while open is only
+renamed to ``.nfsXXXX`` and still has a link). ``ESTALE`` (removed on another NFS host) is
+treated the same way: the outcome is False, "stale", and the caller appends again through a
+fresh descriptor.
 """
 
 from __future__ import annotations
@@ -35,10 +43,22 @@ class Handle:
     before it is being synced (group commit).
     """
 
-    __slots__ = ("__weakref__", "end", "fd", "leading", "lock", "queue", "retired", "syncing")
+    __slots__ = (
+        "__weakref__",
+        "end",
+        "fd",
+        "leading",
+        "lock",
+        "path",
+        "queue",
+        "retired",
+        "syncing",
+    )
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, path: str | None = None) -> None:
         self.fd = fd
+        # The file fd must still be, checked under the lock before a write (None: not checked).
+        self.path = path
         self.lock = threading.Lock()  # guards every field but ``end``, which only leaders use
         self.queue: list[Pending] = []  # lines no leader has taken yet
         self.leading = False  # a leader is writing, or is chosen; always so while queue is not []
@@ -96,8 +116,9 @@ class Pending:
     def __init__(self, line: bytes) -> None:
         self.line = line
         self.lead = False  # its thread is to lead the next batch
-        # True: written and synced. False: not written, the descriptor went stale (the file
-        # was unlinked, the descriptor closed): try again with a fresh one. Else the failure.
+        # True: written and synced. False: not durable in the file at its path, the descriptor
+        # went stale (the file was removed or replaced, ESTALE, the descriptor closed): append
+        # again through a fresh one. Else the failure.
         self.outcome: bool | BaseException = False
         self.wake = threading.Lock()  # released once lead or outcome is set
         self.wake.acquire()
@@ -170,6 +191,9 @@ def finish(handle: Handle, own: Pending, sync: Sync) -> bool | BaseException:
         # filesystem folds syncs that overlap into one journal commit.
         try:
             os.fsync(sync.fd)
+        except OSError as exc:
+            # ESTALE: the file went away on the server, and the lines with it.
+            outcome = False if exc.errno == errno.ESTALE else exc
         except BaseException as exc:
             outcome = exc
         with handle.lock:
@@ -187,12 +211,33 @@ def finish(handle: Handle, own: Pending, sync: Sync) -> bool | BaseException:
 
 
 def _write(handle: Handle, fd: int, batch: list[Pending]) -> bool:
-    """Write the batch's lines under the flock; False if the file was unlinked under us."""
+    """Write the batch's lines under the flock; False if the descriptor is no longer the file at
+    its path (removed, replaced, ``ESTALE``): the lines belong in the file there now."""
+    try:
+        return _write_locked(handle, fd, batch)
+    except OSError as exc:
+        if exc.errno == errno.ESTALE:
+            return False
+        raise
+
+
+def _is_file_at_path(st: os.stat_result, path: str) -> bool:
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (at_path.st_dev, at_path.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _write_locked(handle: Handle, fd: int, batch: list[Pending]) -> bool:
     data = batch[0].line if len(batch) == 1 else b"".join([p.line for p in batch])
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         st = os.fstat(fd)
-        if st.st_nlink == 0:  # cleared by another process: the lines belong in a new file
+        # Cleared by another process, or replaced: the lines belong in the file at the path.
+        # A link count of 0 says so on a local filesystem; on NFS a file removed while open
+        # here is renamed instead and keeps its link, and only its inode tells.
+        if st.st_nlink == 0 or (handle.path is not None and not _is_file_at_path(st, handle.path)):
             return False
         size = st.st_size
         if size and size != handle.end and os.pread(fd, 1, size - 1) != b"\n":

@@ -9,9 +9,16 @@ from typing import Any
 
 import orjson
 
+from rollcap.affinity import choose_replica
 from rollcap.ids import validate_rollout_id
 
-__all__ = ["DEFAULT_HEAD_URL", "HEAD_URL_ENV", "list_servers", "resolve_model_base_url"]
+__all__ = [
+    "DEFAULT_HEAD_URL",
+    "HEAD_URL_ENV",
+    "list_servers",
+    "replica_urls",
+    "resolve_model_base_url",
+]
 
 DEFAULT_HEAD_URL = "http://127.0.0.1:11000"
 # Where the head server is when it is not at the default address.
@@ -23,7 +30,11 @@ def head_url() -> str:
 
 
 def list_servers(head: str | None = None, *, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """Every server the head server knows: ``name``, ``kind``, ``type``, ``url``."""
+    """Every server the head server knows: ``name``, ``kind``, ``type``, ``url``.
+
+    A model server run as replicas on a cluster (``rollcap env start --ray``) also has
+    ``replicas``: the live ones, each ``{"url", "node_id"}``; its ``url`` is one of them.
+    """
     url = f"{head or head_url()}/servers"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
@@ -36,13 +47,28 @@ def list_servers(head: str | None = None, *, timeout_s: float = 10.0) -> list[di
 
 
 def resolve_model_base_url(name: str, rollout_id: str, *, head: str | None = None) -> str:
-    """``http://host:port/ng-rollout/<rollout_id>/v1`` of the model server called ``name``."""
+    """``http://host:port/ng-rollout/<rollout_id>/v1`` of the model server called ``name``.
+
+    When the server runs as replicas, the URL is the one replica the rollout sticks to
+    (``rollcap.affinity.choose_replica`` over the live replicas' URLs), so that all of a
+    rollout's calls go to one replica.
+    """
     validate_rollout_id(rollout_id)
     servers = list_servers(head)
     for server in servers:
         if server.get("name") == name and server.get("kind") == "responses_api_models":
-            return f"{str(server['url']).rstrip('/')}/ng-rollout/{rollout_id}/v1"
+            replicas = replica_urls(server)
+            base = choose_replica(rollout_id, replicas) if replicas else str(server["url"])
+            return f"{base.rstrip('/')}/ng-rollout/{rollout_id}/v1"
     known = ", ".join(
         str(s.get("name")) for s in servers if s.get("kind") == "responses_api_models"
     )
     raise ValueError(f"no model server named {name!r} (model servers: {known or 'none'})")
+
+
+def replica_urls(server: dict[str, Any]) -> list[str]:
+    """The URLs of a ``list_servers`` entry's live replicas (none for a single server)."""
+    replicas = server.get("replicas")
+    if not isinstance(replicas, list):
+        return []
+    return [str(r["url"]) for r in replicas if isinstance(r, dict) and r.get("url")]

@@ -3,7 +3,8 @@
 ``environment(...)`` starts them, each on its own port, and the head server, which tells clients
 the resolved configuration (credentials removed, ``GET /config``) and every server's name, kind,
 type and URL (``GET /servers``). ``rollcap env start`` runs it until interrupted; ``rollcap eval
-run`` without ``--no-serve`` runs it around a collection.
+run`` without ``--no-serve`` runs it around a collection. ``plan_servers`` validates the servers
+without starting any; ``rollcap.cluster`` starts the same plan across a Ray cluster.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,20 +24,29 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rollcap._runtime.serving import serving
-from rollcap.config import ConfigError, RunSettings, redact
-from rollcap.gym import AGENTS, RESOURCES_SERVERS, AgentSettings, create_agent_app
+from rollcap.config import HEADER_READ_TIMEOUT_S, ConfigError, RunSettings, base_urls, redact
+from rollcap.gym import (
+    AGENTS,
+    RESOURCES_SERVERS,
+    AgentSettings,
+    create_agent_app,
+)
 from rollcap.gym import create_resources_app as _resources_app
 from rollcap.server import ModelServerSettings, create_model_app
 
 __all__ = [
     "DEFAULT_HEAD_PORT",
+    "AgentPlan",
     "Environment",
     "Instance",
     "ServerInfo",
+    "ServerPlan",
     "agent_for",
     "environment",
+    "head_app",
     "instances",
     "load_entrypoint",
+    "plan_servers",
 ]
 
 DEFAULT_HEAD_PORT = 11000
@@ -79,14 +89,29 @@ def agent_for(resources_server: str) -> str:
     raise ConfigError(f"no built-in agent for resources server {resources_server!r}")
 
 
-def _head_app(config: Mapping[str, Any], servers: list[ServerInfo]) -> Starlette:
+def _head_app(
+    config: Mapping[str, Any],
+    servers: list[ServerInfo],
+    replicas: Callable[[], list[dict[str, str]]] | None = None,
+) -> Starlette:
     public_config = orjson.dumps(redact(config))
+
+    def server_list() -> list[dict[str, Any]]:
+        listed = [asdict(s) for s in servers]
+        if replicas is not None:
+            live = replicas()
+            for server in listed:
+                if server["kind"] == "responses_api_models":
+                    server["replicas"] = live
+                    if live:
+                        server["url"] = live[0]["url"]
+        return listed
 
     async def get_config(request: Request) -> Response:
         return Response(public_config, media_type="application/json")
 
     async def get_servers(request: Request) -> Response:
-        return Response(orjson.dumps([asdict(s) for s in servers]), media_type="application/json")
+        return Response(orjson.dumps(server_list()), media_type="application/json")
 
     async def health(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
@@ -199,21 +224,104 @@ def _only(found: list[Instance], kind: str, wanted: object, role: str, owner: st
     return of_kind[0]
 
 
-@contextlib.asynccontextmanager
-async def environment(
+@dataclass(frozen=True, slots=True)
+class AgentPlan:
+    """One agent server to start: how to build it, and the resources server it grades with."""
+
+    instance: Instance
+    create: Callable[[AgentSettings], Any]  # returns a ResponsesAgent
+    resources: Instance
+    model_name: str | None
+    model_server_name: str | None = None  # the model server's name, for the agent's evidence
+
+    def settings(self, model_base_url: str | tuple[str, ...], resources_url: str) -> AgentSettings:
+        return AgentSettings(
+            model_base_url=model_base_url,
+            resources_base_url=resources_url,
+            model_name=self.model_name,
+            name=self.instance.name,
+            model_server_name=self.model_server_name,
+            **{k: self.instance.settings[k] for k in ("max_steps",) if k in self.instance.settings},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerPlan:
+    """The servers of an environment, validated, nothing built that listens.
+
+    ``resources`` pairs each resources server with the factory of its server object;
+    ``model_settings`` are the model server's settings, and ``header_read_timeout_s`` how long
+    it waits for a client's request headers.
+    """
+
+    config: Mapping[str, Any]
+    model: Instance
+    model_settings: ModelServerSettings
+    resources: tuple[tuple[Instance, Callable[[], Any]], ...]
+    agents: tuple[AgentPlan, ...]
+    header_read_timeout_s: float = HEADER_READ_TIMEOUT_S
+
+    def agent(self, name: str) -> AgentPlan:
+        for plan in self.agents:
+            if plan.instance.name == name:
+                return plan
+        names = ", ".join(p.instance.name for p in self.agents)
+        raise ConfigError(f"no agent named {name!r} (agents: {names})")
+
+    def resources_apps(self) -> list[tuple[Instance, Starlette]]:
+        """Every resources server's app, built (its factory called), not started."""
+        return [(instance, _resources_app(factory())) for instance, factory in self.resources]
+
+    async def serve_resources(
+        self,
+        stack: contextlib.AsyncExitStack,
+        host: str,
+        apps: list[tuple[Instance, Starlette]] | None = None,
+    ) -> list[ServerInfo]:
+        """Start every resources server (``apps``: built already; else built first, so a
+        failing factory starts none)."""
+        apps = self.resources_apps() if apps is None else apps
+        servers = []
+        for instance, app in apps:
+            url = await stack.enter_async_context(serving(app, host))
+            servers.append(ServerInfo(instance.name, instance.kind, instance.type, url))
+        return servers
+
+    def agent_app(
+        self,
+        agent: AgentPlan,
+        model_base_url: str | tuple[str, ...],
+        resources: list[ServerInfo],
+    ) -> Starlette:
+        """One agent's app (not started) against the model server(s) and resources servers."""
+        resources_url = next(s.url for s in resources if s.name == agent.resources.name)
+        app: Starlette = create_agent_app(
+            agent.create(agent.settings(model_base_url, resources_url))
+        )
+        return app
+
+    async def serve_agent(
+        self,
+        agent: AgentPlan,
+        stack: contextlib.AsyncExitStack,
+        host: str,
+        model_base_url: str | tuple[str, ...],
+        resources: list[ServerInfo],
+    ) -> ServerInfo:
+        """Start one agent server against the model server(s) and the resources servers."""
+        app = self.agent_app(agent, model_base_url, resources)
+        url = await stack.enter_async_context(serving(app, host))
+        return ServerInfo(agent.instance.name, agent.instance.kind, agent.instance.type, url)
+
+
+def plan_servers(
     config: Mapping[str, Any],
     *,
     model_type: str | None = None,
     resources_server: str | None = None,
     agent: str | None = None,
-    host: str = "127.0.0.1",
-    head_port: int = DEFAULT_HEAD_PORT,
-) -> AsyncIterator[Environment]:
-    """Start the configured model, resources and agent servers and the head server.
-
-    Ports are chosen by the system, except the head server's. Everything is validated and
-    built before anything starts, so a bad configuration starts nothing.
-    """
+) -> ServerPlan:
+    """Validate the environment's servers (see ``instances``); a bad one is a ``ConfigError``."""
     settings = RunSettings.from_config(config)
     found = instances(config, model_type=model_type, resources_server=resources_server, agent=agent)
     models = [i for i in found if i.kind == "responses_api_models"]
@@ -223,21 +331,22 @@ async def environment(
             f"got {len(models)}"
         )
     model = models[0]
-    model_app = create_model_app(
-        ModelServerSettings(
-            model_type=model.type,
-            base_url=model.settings.get("policy_base_url", settings.policy_base_url),
-            api_key=model.settings.get("policy_api_key", settings.policy_api_key),
-            name=model.name,
-            capture_dir=settings.capture_dir,
-            pass_client_credentials=settings.pass_client_credentials,
-            external_staging=settings.external_staging,
-            ledger_dir=settings.token_ledger_dir,
-            max_request_bytes=settings.max_request_bytes,
-            capture_max_response_bytes=settings.capture_max_response_bytes,
-        )
+    model_settings = ModelServerSettings(
+        model_type=model.type,
+        base_url=base_urls(
+            f"{model.name}.policy_base_url",
+            model.settings.get("policy_base_url", settings.policy_base_url),
+        ),
+        api_key=model.settings.get("policy_api_key", settings.policy_api_key),
+        name=model.name,
+        capture_dir=settings.capture_dir,
+        pass_client_credentials=settings.pass_client_credentials,
+        external_staging=settings.external_staging,
+        ledger_dir=settings.token_ledger_dir,
+        max_request_bytes=settings.max_request_bytes,
+        capture_max_response_bytes=settings.capture_max_response_bytes,
     )
-    resources_apps = []
+    resources = []
     for instance in (i for i in found if i.kind == "resources_servers"):
         where = f"{instance.name}.resources_servers.{instance.type}"
         if "entrypoint" in instance.settings:
@@ -249,7 +358,7 @@ async def environment(
                 f"unknown resources server {instance.type!r}: expected one of "
                 f"{', '.join(RESOURCES_SERVERS)}, or an entrypoint"
             )
-        resources_apps.append((instance, _resources_app(factory())))
+        resources.append((instance, factory))
     agents = []
     for instance in (i for i in found if i.kind == "responses_api_agents"):
         where = f"{instance.name}.responses_api_agents.{instance.type}"
@@ -268,36 +377,66 @@ async def environment(
         names = {i.name for i in found if i.kind == "resources_servers"}
         if wanted is None and default_resources in names:
             wanted = default_resources
-        resources = _only(found, "resources_servers", wanted, "resources_server", instance.name)
-        agents.append((instance, create, resources))
+        resources_instance = _only(
+            found, "resources_servers", wanted, "resources_server", instance.name
+        )
+        model_name = instance.settings.get("model_name", settings.policy_model_name)
+        agents.append(AgentPlan(instance, create, resources_instance, model_name, model.name))
     if not agents:
         raise ConfigError("no agent configured (--agent, --resources-server or an agents block)")
+    return ServerPlan(
+        config,
+        model,
+        model_settings,
+        tuple(resources),
+        tuple(agents),
+        header_read_timeout_s=settings.header_read_timeout_s,
+    )
 
-    servers: list[ServerInfo] = []
-    urls: dict[str, str] = {}
+
+def head_app(
+    config: Mapping[str, Any],
+    servers: list[ServerInfo],
+    replicas: Callable[[], list[dict[str, str]]] | None = None,
+) -> Starlette:
+    """The head server: ``GET /config``, ``GET /servers``, ``GET /health``.
+
+    ``replicas``: the model server's live replicas (``{"url", "node_id"}``) when it runs as
+    several, asked on every ``GET /servers``.
+    """
+    return _head_app(config, servers, replicas)
+
+
+@contextlib.asynccontextmanager
+async def environment(
+    config: Mapping[str, Any],
+    *,
+    model_type: str | None = None,
+    resources_server: str | None = None,
+    agent: str | None = None,
+    host: str = "127.0.0.1",
+    head_port: int = DEFAULT_HEAD_PORT,
+) -> AsyncIterator[Environment]:
+    """Start the configured model, resources and agent servers and the head server.
+
+    Ports are chosen by the system, except the head server's. Everything is validated and
+    built before anything starts, so a bad configuration starts nothing.
+    """
+    plan = plan_servers(
+        config, model_type=model_type, resources_server=resources_server, agent=agent
+    )
+    model = plan.model
+    model_app = create_model_app(plan.model_settings)
+    resources_apps = plan.resources_apps()
     async with contextlib.AsyncExitStack() as stack:
-        urls[model.name] = await stack.enter_async_context(
-            serving(model_app, host, header_timeout_s=settings.header_read_timeout_s)
+        model_url = await stack.enter_async_context(
+            serving(model_app, host, header_timeout_s=plan.header_read_timeout_s)
         )
-        servers.append(ServerInfo(model.name, model.kind, model.type, urls[model.name]))
-        for instance, app in resources_apps:
-            urls[instance.name] = await stack.enter_async_context(serving(app, host))
-            servers.append(
-                ServerInfo(instance.name, instance.kind, instance.type, urls[instance.name])
-            )
-        for instance, create, resources in agents:
-            agent_settings = AgentSettings(
-                model_base_url=urls[model.name],
-                resources_base_url=urls[resources.name],
-                model_name=instance.settings.get("model_name", settings.policy_model_name),
-                name=instance.name,
-                model_server_name=model.name,
-                **{k: instance.settings[k] for k in ("max_steps",) if k in instance.settings},
-            )
-            url = await stack.enter_async_context(
-                serving(create_agent_app(create(agent_settings)), host)
-            )
-            servers.append(ServerInfo(instance.name, instance.kind, instance.type, url))
+        servers = [ServerInfo(model.name, model.kind, model.type, model_url)]
+        resources = await plan.serve_resources(stack, host, resources_apps)
+        servers += resources
+        for agent_plan in plan.agents:
+            servers.append(await plan.serve_agent(agent_plan, stack, host, model_url, resources))
         head_url = await stack.enter_async_context(
             serving(_head_app(config, servers), host, head_port)
         )

@@ -2,6 +2,8 @@
 
 With ``--no-serve`` the agent is found through a running head server (``rollcap env start``);
 without it the environment is started here, around the collection, and stopped after. With
+``--ray`` (``EvalRequest.ray``) the rollouts run on a Ray cluster's nodes instead
+(``rollcap.cluster``), this process keeping planning, resume and the output files. With
 ``--wandb-project`` the finished run is logged to W&B (``_wandb``), once collection is over.
 """
 
@@ -21,6 +23,7 @@ import orjson
 import rich.console
 import rich.progress
 
+from rollcap.cluster._settings import ClusterSettings
 from rollcap.collect import CollectionSummary, collect
 from rollcap.config import ConfigError, RunSettings
 from rollcap.workflow._discovery import list_servers
@@ -44,6 +47,7 @@ class EvalRequest:
     head_port: int = 11000
     wandb_project: str | None = None
     wandb_entity: str | None = None
+    ray: ClusterSettings | None = None  # run on a Ray cluster
 
 
 class Progress:
@@ -120,6 +124,20 @@ def _uncorrelated(model_url: str | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def _resources_of(agent: str, config: Mapping[str, Any]) -> str | None:
+    """The resources server a built-in agent brings (a configured agent names its own)."""
+    from rollcap.gym import AGENTS
+    from rollcap.workflow._env import instances
+
+    if agent in {i.name for i in instances(config)}:
+        return None
+    if agent not in AGENTS:
+        raise ConfigError(
+            f"unknown agent {agent!r}: expected one of {', '.join(AGENTS)} or a configured agent"
+        )
+    return AGENTS[agent].resources_server
+
+
 @contextlib.asynccontextmanager
 async def _agent_and_model(
     request: EvalRequest, config: Mapping[str, Any]
@@ -131,19 +149,9 @@ async def _agent_and_model(
         models = [s for s in servers if s.get("kind") == "responses_api_models"]
         yield agent, (str(models[0]["url"]) if models else None)
         return
-    from rollcap.gym import AGENTS
-    from rollcap.workflow._env import environment, instances
+    from rollcap.workflow._env import environment
 
-    configured = {i.name: i for i in instances(config)}
-    # A built-in agent brings its resources server; a configured one names its own.
-    resources = None
-    if request.agent not in configured:
-        if request.agent not in AGENTS:
-            raise ConfigError(
-                f"unknown agent {request.agent!r}: expected one of {', '.join(AGENTS)} "
-                "or a configured agent"
-            )
-        resources = AGENTS[request.agent].resources_server
+    resources = _resources_of(request.agent, config)
     async with environment(
         config,
         model_type=request.model_type,
@@ -171,6 +179,24 @@ async def run_eval(
         raise ConfigError(f"--input {request.input_path}: no such file")
     if request.wandb_project is not None:
         require_wandb()  # before anything runs: a missing client is a one-line error
+    if request.ray is not None:
+        summary, uncorrelated = await _run_on_cluster(
+            request, request.ray, config, settings, progress, on_started
+        )
+    else:
+        summary, uncorrelated = await _run_here(request, config, settings, progress, on_started)
+    if request.wandb_project is not None:
+        await _log_to_wandb(request, summary, capture=settings.capture_dir is not None)
+    return summary, uncorrelated
+
+
+async def _run_here(
+    request: EvalRequest,
+    config: Mapping[str, Any],
+    settings: RunSettings,
+    progress: Progress | None,
+    on_started: Callable[[], None] | None,
+) -> tuple[CollectionSummary, int | None]:
     async with _agent_and_model(request, config) as (agent_url, model_url):
         if on_started is not None:
             on_started()
@@ -188,8 +214,6 @@ async def run_eval(
         )
         # In a thread: the model server may be served by this very event loop.
         uncorrelated = await asyncio.to_thread(_uncorrelated, model_url)
-    if request.wandb_project is not None:
-        await _log_to_wandb(request, summary, capture=settings.capture_dir is not None)
     return summary, uncorrelated
 
 
@@ -219,6 +243,48 @@ async def _log_to_wandb(request: EvalRequest, summary: CollectionSummary, *, cap
         print(f"W&B: not logged: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     else:
         print(f"W&B: logged to project {request.wandb_project} ({directory})", file=sys.stderr)
+
+
+async def _run_on_cluster(
+    request: EvalRequest,
+    cluster: ClusterSettings,
+    config: Mapping[str, Any],
+    settings: RunSettings,
+    progress: Progress | None,
+    on_started: Callable[[], None] | None,
+) -> tuple[CollectionSummary, int | None]:
+    from rollcap.cluster import cluster_collection
+
+    resources = _resources_of(request.agent, config) if request.serve else None
+    async with cluster_collection(
+        config,
+        cluster,
+        agent=request.agent,
+        capture_dir=settings.capture_dir,
+        serve=request.serve,
+        model_type=request.model_type,
+        resources_server=resources,
+        head_url=request.head_url,
+    ) as run:
+        if on_started is not None:
+            on_started()
+        summary = await collect(
+            None,
+            request.input_path,
+            request.output_path,
+            capture_dir=settings.capture_dir,
+            limit=request.limit,
+            num_repeats=request.num_repeats,
+            concurrency=request.concurrency,
+            resume=request.resume,
+            progress=progress,
+            agent_name=request.agent,
+            dispatch=run.dispatch,
+            lost_retries=cluster.lost_retries,
+        )
+        if run.replicas is not None:
+            return summary, await run.uncorrelated()
+        return summary, await asyncio.to_thread(_uncorrelated, run.model_url)
 
 
 def format_summary(summary: CollectionSummary, uncorrelated: int | None) -> str:
@@ -255,6 +321,11 @@ def format_summary(summary: CollectionSummary, uncorrelated: int | None) -> str:
         f"failures {summary.failures_path}",
         f"metrics  {summary.metrics_path}",
     ]
+    if summary.lost:
+        lines.append(
+            f"LOST: {summary.lost} rollout(s) died with their node, worker or model server and "
+            "were written nowhere; run again with --resume to collect them"
+        )
     missing = summary.rollouts_without_calls
     if missing:
         lines.append(
