@@ -1,4 +1,4 @@
-"""The token view's data: a rollout's linearized chains and each staged call's check; it does no I/O."""
+"""The token view's data: a rollout's linearized chains and each staged call's check (no I/O)."""
 
 from __future__ import annotations
 
