@@ -336,19 +336,7 @@ def _serve_model(args: argparse.Namespace) -> int:
 
     settings = RunSettings.from_config(load_config(args.config, args.overrides))
     _check_capture(settings)
-    app = create_model_app(
-        ModelServerSettings(
-            model_type=args.model_type,
-            base_url=settings.policy_base_url,
-            api_key=settings.policy_api_key,
-            capture_dir=settings.capture_dir,
-            pass_client_credentials=settings.pass_client_credentials,
-            external_staging=settings.external_staging,
-            ledger_dir=settings.token_ledger_dir,
-            max_request_bytes=settings.max_request_bytes,
-            capture_max_response_bytes=settings.capture_max_response_bytes,
-        )
-    )
+    app = create_model_app(ModelServerSettings.from_run(settings, args.model_type))
     sock = bind(args.host, args.port)
     capture = settings.capture_dir or "off"
     upstream = (

@@ -16,7 +16,7 @@ from rollcap.cluster._actors import (  # noqa: E402
     error_text,
     mark_dead,
     placed_on,
-    start_errors,
+    start_all,
     verdict,
     watch,
 )
@@ -76,11 +76,53 @@ def test_an_actor_is_pinned_to_its_node() -> None:
     assert strategy.soft is False
 
 
-def test_start_errors_and_error_text() -> None:
-    members = [member(), Member("n", Handle(), "node-2")]
-    assert start_errors(members, [{"url": "u"}, {"error": "ValueError: bad"}]) == [
-        "n: ValueError: bad"
+async def test_start_all_sets_each_url_and_answers_in_order() -> None:
+    stopped: list[bool] = []
+
+    async def stop() -> None:
+        stopped.append(True)
+
+    members = [
+        Member("a", Handle(start=Method({"url": "http://a", "n": 1})), "node-1"),
+        Member("b", Handle(start=Method({"url": "http://b", "n": 2})), "node-2"),
     ]
+    answers = await start_all(members, stop, "a thing")
+    assert [a["n"] for a in answers] == [1, 2]
+    assert [m.url for m in members] == ["http://a", "http://b"]
+    assert stopped == []
+
+
+async def test_start_all_stops_everyone_and_names_each_member_that_failed() -> None:
+    stopped: list[bool] = []
+
+    async def stop() -> None:
+        stopped.append(True)
+
+    members = [
+        Member("a", Handle(start=Method({"url": "http://a"})), "node-1"),
+        Member("b", Handle(start=Method({"error": "ValueError: bad"})), "node-2"),
+    ]
+    with pytest.raises(RuntimeError, match=r"^a thing did not start: b: ValueError: bad$"):
+        await start_all(members, stop, "a thing")
+    assert stopped == [True]
+
+
+async def test_start_all_stops_everyone_when_a_start_raises() -> None:
+    stopped: list[bool] = []
+
+    async def stop() -> None:
+        stopped.append(True)
+
+    members = [
+        Member("a", Handle(start=Method({"url": "http://a"})), "node-1"),
+        Member("b", Handle(start=Method(died())), "node-2"),
+    ]
+    with pytest.raises(ray.exceptions.ActorDiedError):
+        await start_all(members, stop, "a thing")
+    assert stopped == [True]
+
+
+def test_error_text_is_one_short_line() -> None:
     text = error_text(ValueError("first line\nsecond line" + "x" * 500))
     assert text == "ValueError: first line"
     assert len(error_text(ValueError("y" * 1000))) == 300

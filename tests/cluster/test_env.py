@@ -15,13 +15,11 @@ from tests.cluster.conftest import SimCluster, lines_of
 
 from rollcap import resolve_model_base_url
 from rollcap.affinity import choose_replica
-from rollcap.config import ConfigError
 from rollcap.store import CaptureStore
 from rollcap.testing import FakeUpstream
 
 ray = pytest.importorskip("ray")
 
-from rollcap.cluster._env import _url_of  # noqa: E402
 
 BIN = Path(sys.executable).parent
 EXAMPLE = Path(__file__).resolve().parents[2] / "resources_servers/mcqa/data/example.jsonl"
@@ -31,13 +29,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def test_an_agent_the_head_server_does_not_have_is_named() -> None:
-    servers = [{"name": "a1", "kind": "responses_api_agents", "url": "http://x"}]
-    assert _url_of(servers, "a1", "responses_api_agents") == "http://x"
-    with pytest.raises(ConfigError, match=r"no responses_api_agents server named 'a2'.*have: a1"):
-        _url_of(servers, "a2", "responses_api_agents")
 
 
 def _common(upstream: str, capture: Path) -> list[str]:

@@ -722,3 +722,36 @@ async def test_a_record_that_fails_after_its_caller_was_cancelled_is_still_repor
     assert (state.captured, state.capture_failures) == (0, 1)
     assert CaptureStore(tmp_path).is_incomplete("late-1")
     assert "capture write failed for rollout late-1" in caplog.text
+
+
+def test_a_model_servers_settings_come_from_the_runs(tmp_path: Path) -> None:
+    from rollcap.config import RunSettings
+    from rollcap.server import ModelServerSettings
+
+    run = RunSettings.from_config(
+        {
+            "observability_enabled": True,
+            "model_call_capture_dir": str(tmp_path / "capture"),
+            "policy_base_url": "http://upstream/v1",
+            "policy_api_key": "run-key",
+            "pass_client_credentials": True,
+            "token_id_capture": {"external_staging": True, "ledger_dir": str(tmp_path / "ledger")},
+            "max_request_bytes": 1000,
+            "capture_max_response_bytes": 2000,
+        }
+    )
+    settings = ModelServerSettings.from_run(run, "vllm_model")
+    assert settings.model_type == "vllm_model"
+    assert settings.name == "policy_model"
+    assert settings.base_url == "http://upstream/v1"
+    assert settings.api_key == "run-key"
+    assert settings.capture_dir == tmp_path / "capture"
+    assert settings.pass_client_credentials is True
+    assert settings.external_staging is True
+    assert settings.ledger_dir == tmp_path / "ledger"
+    assert (settings.max_request_bytes, settings.capture_max_response_bytes) == (1000, 2000)
+
+    own = ModelServerSettings.from_run(
+        run, "vllm_model", name="m2", base_url=("http://a/v1", "http://b/v1"), api_key="own"
+    )
+    assert (own.name, own.base_url, own.api_key) == ("m2", ("http://a/v1", "http://b/v1"), "own")

@@ -11,7 +11,9 @@ import orjson
 import pytest
 
 from rollcap.affinity import choose_replica
+from rollcap.config import ConfigError
 from rollcap.workflow import HEAD_URL_ENV, list_servers, resolve_model_base_url
+from rollcap.workflow._discovery import find_server
 
 SERVERS = [
     {"name": "mcqa", "kind": "resources_servers", "type": "mcqa", "url": "http://r"},
@@ -62,7 +64,12 @@ def test_the_head_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
 
 
 def test_resolve_model_base_url_errors() -> None:
-    with _head(SERVERS) as head, pytest.raises(ValueError, match=r"model servers: policy_model"):
+    with (
+        _head(SERVERS) as head,
+        pytest.raises(
+            ValueError, match=r"no responses_api_models server named 'mcqa' \(have: policy_model\)"
+        ),
+    ):
         resolve_model_base_url("mcqa", "0-0", head=head)
     with _head({"servers": []}) as head, pytest.raises(ValueError, match="list of servers"):
         resolve_model_base_url("policy_model", "0-0", head=head)
@@ -85,3 +92,19 @@ def test_a_replicated_model_server_gives_each_rollout_its_own_replica() -> None:
             assert resolve_model_base_url("policy_model", rollout_id, head=head) == url
         chosen = {resolve_model_base_url("policy_model", f"{t}-0", head=head) for t in range(30)}
     assert {url.split("/ng-rollout/")[0] for url in chosen} == set(urls)
+
+
+def test_find_server_picks_by_name_and_kind_and_names_the_others() -> None:
+    servers = [
+        {"name": "a", "kind": "responses_api_agents", "url": "http://a"},
+        {"name": "a", "kind": "responses_api_models", "url": "http://m"},
+        {"name": "b", "kind": "responses_api_agents", "url": "http://b"},
+    ]
+    assert find_server(servers, "a", "responses_api_models")["url"] == "http://m"
+    assert find_server(servers, "b", "responses_api_agents")["url"] == "http://b"
+    with pytest.raises(
+        ConfigError, match=r"no responses_api_agents server named 'c' \(have: a, b\)"
+    ):
+        find_server(servers, "c", "responses_api_agents")
+    with pytest.raises(ConfigError, match=r"\(have: none\)"):
+        find_server([], "c", "resources_servers")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ __all__ = [
     "mark_dead",
     "node_address",
     "placed_on",
-    "start_errors",
+    "start_all",
     "verdict",
     "watch",
 ]
@@ -106,13 +106,33 @@ def current_node() -> str:
     return node_id
 
 
-def start_errors(members: Sequence[Member], answers: Sequence[dict[str, Any]]) -> list[str]:
-    """What each member that could not start said (its ``start`` answered ``{"error"}``)."""
-    return [
+async def start_all(
+    members: Sequence[Member], stop: Callable[[], Awaitable[None]], what: str
+) -> list[dict[str, Any]]:
+    """Start every member and set its ``url``; each member's ``start`` answer, in order.
+
+    If any cannot start (its ``start`` raised or answered ``{"error"}``), ``stop`` is awaited
+    so that no started member is left behind, and the error is raised: ``RuntimeError``
+    naming each member that failed and what it said, with ``what`` as the subject.
+    """
+    try:
+        answers: list[dict[str, Any]] = await asyncio.gather(
+            *(m.handle.start.remote() for m in members)
+        )
+    except BaseException:
+        await stop()
+        raise
+    errors = [
         f"{member.name}: {answer['error']}"
         for member, answer in zip(members, answers, strict=True)
         if "error" in answer
     ]
+    if errors:
+        await stop()
+        raise RuntimeError(f"{what} did not start: " + "; ".join(errors))
+    for member, answer in zip(members, answers, strict=True):
+        member.url = answer["url"]
+    return answers
 
 
 def error_text(exc: BaseException) -> str:

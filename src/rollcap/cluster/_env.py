@@ -35,10 +35,9 @@ from rollcap.cluster._dispatch import RayDispatch
 from rollcap.cluster._replicas import ReplicaSet
 from rollcap.cluster._settings import ClusterSettings, require_ray
 from rollcap.cluster._workers import WorkerPool
-from rollcap.config import ConfigError
 from rollcap.server import create_model_app
 from rollcap.store import check_capture_dir
-from rollcap.workflow._discovery import list_servers
+from rollcap.workflow._discovery import find_server, list_servers
 from rollcap.workflow._env import (
     DEFAULT_HEAD_PORT,
     Environment,
@@ -207,7 +206,7 @@ async def cluster_collection(
                 stack.push_async_callback(replicas.stop)
             else:
                 servers = await asyncio.to_thread(list_servers, head_url)
-                agent_url = _url_of(servers, agent, "responses_api_agents")
+                agent_url = str(find_server(servers, agent, "responses_api_agents")["url"])
                 models = [s for s in servers if s.get("kind") == "responses_api_models"]
                 model_url = str(models[0]["url"]) if models else None
             workers = await WorkerPool.start(
@@ -226,13 +225,3 @@ async def cluster_collection(
             dispatch = RayDispatch(workers, replicas=replicas, agent_url=agent_url)
             stack.push_async_callback(dispatch.close)
             yield ClusterRun(dispatch, workers, replicas, model_url)
-
-
-def _url_of(servers: list[dict[str, Any]], name: str, kind: str) -> str:
-    for server in servers:
-        if server.get("name") == name and server.get("kind") == kind:
-            return str(server["url"])
-    known = ", ".join(str(s.get("name")) for s in servers if s.get("kind") == kind)
-    raise ConfigError(
-        f"no {kind} server named {name!r} at the head server (have: {known or 'none'})"
-    )

@@ -32,7 +32,7 @@ from rollcap.cluster._actors import (
     kill_all,
     node_address,
     placed_on,
-    start_errors,
+    start_all,
     watch,
 )
 from rollcap.config import HEADER_READ_TIMEOUT_S
@@ -145,17 +145,8 @@ class ReplicaSet:
             ).remote(settings, host, header_timeout_s)
             members.append(Member(name, handle, node_id))
         replicas = cls(members)
-        try:
-            started = await asyncio.gather(*(m.handle.start.remote() for m in members))
-        except BaseException:
-            await replicas.stop()
-            raise
-        errors = start_errors(members, started)
-        if errors:
-            await replicas.stop()
-            raise RuntimeError("a model-server replica did not start: " + "; ".join(errors))
+        started = await start_all(members, replicas.stop, "a model-server replica")
         for member, info in zip(members, started, strict=True):
-            member.url = info["url"]
             member.node_id = info["node_id"]
             for warning in info["warnings"]:
                 log.warning("%s: %s", member.name, warning)

@@ -50,7 +50,7 @@ from rollcap.cluster._actors import (
     kill_all,
     node_address,
     placed_on,
-    start_errors,
+    start_all,
     watch,
 )
 from rollcap.cluster._inprocess import asgi_caller, lifespan
@@ -240,17 +240,8 @@ class WorkerPool:
                 )
                 members.append(Member(f"worker-{node_id[:8]}-{index}", handle, node_id))
         pool = cls(members)
-        try:
-            started = await asyncio.gather(*(m.handle.start.remote() for m in members))
-        except BaseException:
-            await pool.stop()
-            raise
-        errors = start_errors(members, started)
-        if errors:
-            await pool.stop()
-            raise RuntimeError("a rollout worker did not start: " + "; ".join(errors))
+        started = await start_all(members, pool.stop, "a rollout worker")
         for member, info in zip(members, started, strict=True):
-            member.url = info["url"]
             for warning in info["warnings"][:1]:  # every worker of a directory says the same
                 log.warning("%s: %s", member.name, warning)
         pool._watchers = [watch(m) for m in members]

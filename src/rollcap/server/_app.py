@@ -28,7 +28,7 @@ from rollcap._proxy.forward import (
     relay,
 )
 from rollcap._proxy.relay import StreamResponse
-from rollcap.config import MAX_REQUEST_BYTES
+from rollcap.config import MAX_REQUEST_BYTES, RunSettings
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import (
@@ -103,6 +103,32 @@ class ModelServerSettings:
             raise ValueError(
                 f"model_call_capture_dir must be an absolute path, got {str(self.capture_dir)!r}"
             )
+
+    @classmethod
+    def from_run(
+        cls,
+        run: RunSettings,
+        model_type: str,
+        *,
+        name: str = "policy_model",
+        base_url: str | tuple[str, ...] | None = None,
+        api_key: str | None = None,
+    ) -> ModelServerSettings:
+        """A model server's settings from a run's: its upstream, credentials, capture and
+        staging directories and body limits. ``base_url`` and ``api_key``, when given,
+        replace the run's (one model server's own ``policy_base_url`` and key)."""
+        return cls(
+            model_type=model_type,
+            base_url=run.policy_base_url if base_url is None else base_url,
+            api_key=run.policy_api_key if api_key is None else api_key,
+            name=name,
+            capture_dir=run.capture_dir,
+            pass_client_credentials=run.pass_client_credentials,
+            external_staging=run.external_staging,
+            ledger_dir=run.token_ledger_dir,
+            max_request_bytes=run.max_request_bytes,
+            capture_max_response_bytes=run.capture_max_response_bytes,
+        )
 
 
 class _Forwarder:

@@ -10,11 +10,13 @@ from typing import Any
 import orjson
 
 from rollcap.affinity import choose_replica
+from rollcap.config import ConfigError
 from rollcap.ids import validate_rollout_id
 
 __all__ = [
     "DEFAULT_HEAD_URL",
     "HEAD_URL_ENV",
+    "find_server",
     "list_servers",
     "replica_urls",
     "resolve_model_base_url",
@@ -54,16 +56,22 @@ def resolve_model_base_url(name: str, rollout_id: str, *, head: str | None = Non
     rollout's calls go to one replica.
     """
     validate_rollout_id(rollout_id)
-    servers = list_servers(head)
+    server = find_server(list_servers(head), name, "responses_api_models")
+    replicas = replica_urls(server)
+    base = choose_replica(rollout_id, replicas) if replicas else str(server["url"])
+    return f"{base.rstrip('/')}/ng-rollout/{rollout_id}/v1"
+
+
+def find_server(servers: list[dict[str, Any]], name: str, kind: str) -> dict[str, Any]:
+    """The ``list_servers`` entry of the ``kind`` server called ``name``.
+
+    Raises ``ConfigError`` naming the servers of that kind there are.
+    """
     for server in servers:
-        if server.get("name") == name and server.get("kind") == "responses_api_models":
-            replicas = replica_urls(server)
-            base = choose_replica(rollout_id, replicas) if replicas else str(server["url"])
-            return f"{base.rstrip('/')}/ng-rollout/{rollout_id}/v1"
-    known = ", ".join(
-        str(s.get("name")) for s in servers if s.get("kind") == "responses_api_models"
-    )
-    raise ValueError(f"no model server named {name!r} (model servers: {known or 'none'})")
+        if server.get("name") == name and server.get("kind") == kind:
+            return server
+    known = ", ".join(str(s.get("name")) for s in servers if s.get("kind") == kind)
+    raise ConfigError(f"no {kind} server named {name!r} (have: {known or 'none'})")
 
 
 def replica_urls(server: dict[str, Any]) -> list[str]:

@@ -331,20 +331,15 @@ def plan_servers(
             f"got {len(models)}"
         )
     model = models[0]
-    model_settings = ModelServerSettings(
-        model_type=model.type,
+    model_settings = ModelServerSettings.from_run(
+        settings,
+        model.type,
+        name=model.name,
         base_url=base_urls(
             f"{model.name}.policy_base_url",
             model.settings.get("policy_base_url", settings.policy_base_url),
         ),
         api_key=model.settings.get("policy_api_key", settings.policy_api_key),
-        name=model.name,
-        capture_dir=settings.capture_dir,
-        pass_client_credentials=settings.pass_client_credentials,
-        external_staging=settings.external_staging,
-        ledger_dir=settings.token_ledger_dir,
-        max_request_bytes=settings.max_request_bytes,
-        capture_max_response_bytes=settings.capture_max_response_bytes,
     )
     resources = []
     for instance in (i for i in found if i.kind == "resources_servers"):

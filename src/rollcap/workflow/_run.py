@@ -24,9 +24,9 @@ import rich.console
 import rich.progress
 
 from rollcap.cluster._settings import ClusterSettings
-from rollcap.collect import CollectionSummary, collect
+from rollcap.collect import CollectionSummary, Dispatch, collect
 from rollcap.config import ConfigError, RunSettings
-from rollcap.workflow._discovery import list_servers
+from rollcap.workflow._discovery import find_server, list_servers
 from rollcap.workflow._wandb import log_to_wandb, require_wandb
 
 __all__ = ["EvalRequest", "Progress", "format_summary", "run_eval"]
@@ -103,16 +103,6 @@ class Progress:
             self._bar = None
 
 
-def _find(servers: list[dict[str, Any]], name: str, kind: str) -> str:
-    for server in servers:
-        if server.get("name") == name and server.get("kind") == kind:
-            return str(server["url"])
-    known = ", ".join(str(s.get("name")) for s in servers if s.get("kind") == kind)
-    raise ConfigError(
-        f"no {kind} server named {name!r} at the head server (have: {known or 'none'})"
-    )
-
-
 def _uncorrelated(model_url: str | None) -> int | None:
     if model_url is None:
         return None
@@ -145,7 +135,7 @@ async def _agent_and_model(
     """The agent's URL and the model server's, from a head server or a fresh environment."""
     if not request.serve:
         servers = list_servers(request.head_url)
-        agent = _find(servers, request.agent, "responses_api_agents")
+        agent = str(find_server(servers, request.agent, "responses_api_agents")["url"])
         models = [s for s in servers if s.get("kind") == "responses_api_models"]
         yield agent, (str(models[0]["url"]) if models else None)
         return
@@ -200,21 +190,36 @@ async def _run_here(
     async with _agent_and_model(request, config) as (agent_url, model_url):
         if on_started is not None:
             on_started()
-        summary = await collect(
-            agent_url,
-            request.input_path,
-            request.output_path,
-            capture_dir=settings.capture_dir,
-            limit=request.limit,
-            num_repeats=request.num_repeats,
-            concurrency=request.concurrency,
-            resume=request.resume,
-            progress=progress,
-            agent_name=request.agent,
-        )
+        summary = await _collect(request, settings, progress, agent_url)
         # In a thread: the model server may be served by this very event loop.
         uncorrelated = await asyncio.to_thread(_uncorrelated, model_url)
     return summary, uncorrelated
+
+
+async def _collect(
+    request: EvalRequest,
+    settings: RunSettings,
+    progress: Progress | None,
+    agent_url: str | None,
+    *,
+    dispatch: Dispatch | None = None,
+    lost_retries: int = 1,
+) -> CollectionSummary:
+    """Collect ``request``'s rollouts from ``agent_url``, or through a cluster's ``dispatch``."""
+    return await collect(
+        agent_url,
+        request.input_path,
+        request.output_path,
+        capture_dir=settings.capture_dir,
+        limit=request.limit,
+        num_repeats=request.num_repeats,
+        concurrency=request.concurrency,
+        resume=request.resume,
+        progress=progress,
+        agent_name=request.agent,
+        dispatch=dispatch,
+        lost_retries=lost_retries,
+    )
 
 
 async def _log_to_wandb(request: EvalRequest, summary: CollectionSummary, *, capture: bool) -> None:
@@ -268,17 +273,11 @@ async def _run_on_cluster(
     ) as run:
         if on_started is not None:
             on_started()
-        summary = await collect(
+        summary = await _collect(
+            request,
+            settings,
+            progress,
             None,
-            request.input_path,
-            request.output_path,
-            capture_dir=settings.capture_dir,
-            limit=request.limit,
-            num_repeats=request.num_repeats,
-            concurrency=request.concurrency,
-            resume=request.resume,
-            progress=progress,
-            agent_name=request.agent,
             dispatch=run.dispatch,
             lost_retries=cluster.lost_retries,
         )
