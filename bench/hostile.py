@@ -1,6 +1,6 @@
 """A model server against hostile clients and a runaway upstream: memory, stalls, records.
 
-    .venv/bin/python bench/hostile.py [--probes body,streams,runaway,line] [--streams N]
+    .venv/bin/python bench/hostile.py [--probes body,streams,runaway,line,floor] [--streams N]
         [--runaway-s S] [--body-mib N] [--line-mib N] [--max-response-mib N]
 
 Everything runs on this machine, over 127.0.0.1: the fake upstream (``python -m
@@ -20,6 +20,9 @@ run:
 - ``line``: an SSE line of ``--line-mib`` without a newline, through the server and directly:
   the rate over the first and the last 10 s (the first and last quarter of the transfer when it
   takes less than 40 s).
+- ``floor``: the ``streams`` probe against a second model server with capture off, the same
+  stack relaying the same streams with nothing recorded: the ``/health`` latency capture's own
+  work is to be read against.
 
 RSS is read from ``/proc/<pid>/status`` every 20 ms.
 """
@@ -84,7 +87,7 @@ class Server:
 
 
 @contextlib.contextmanager
-def _servers(max_response_mib: float) -> Iterator[Server]:
+def _servers(max_response_mib: float, *, capture: bool = True) -> Iterator[Server]:
     capture_dir = Path(tempfile.mkdtemp(prefix="rollcap-bench-hostile-"))
     fake = [sys.executable, "-m", "rollcap.testing", "--port", "0", "--api-key", KEY]
     try:
@@ -93,7 +96,8 @@ def _servers(max_response_mib: float) -> Iterator[Server]:
             serve = [
                 str(BIN / "rollcap"), "serve", "model", "--model-type", "openai_model",
                 "--port", "0", f"++policy_base_url={upstream}/v1", f"++policy_api_key={KEY}",
-                "++observability_enabled=true", f"++model_call_capture_dir={capture_dir}",
+                f"++observability_enabled={str(capture).lower()}",
+                f"++model_call_capture_dir={capture_dir}",
                 f"++capture_max_response_bytes={int(max_response_mib * MIB)}",
             ]  # fmt: skip
             with started(serve) as (proc, lines):
@@ -304,6 +308,26 @@ async def probe_streams(server: Server, base: Baseline, count: int, hold_s: floa
     )
 
 
+async def probe_floor(count: int, hold_s: float, max_response_mib: float) -> None:
+    """The ``streams`` probe against a model server with capture off: what relaying the same
+    streams costs ``/health`` on the same stack, with nothing recorded."""
+    with _servers(max_response_mib, capture=False) as server:
+        async with Sampler(server) as sampler:
+            await asyncio.sleep(1.0)
+        idle = sampler.summary()
+        headers = {"x-fake-scenario": "endless", "x-fake-content-bytes": "1024"}
+        async with Sampler(server) as sampler:
+            clients = await asyncio.to_thread(_open_unread, server, count, headers)
+            await asyncio.sleep(hold_s)
+            for client in clients:
+                client.close()
+        early = [latency for at, latency in sampler.health if at < 2.0] or [float("nan")]
+        print(
+            f"floor, capture off: idle: {idle}; {count} unread endless streams for "
+            f"{hold_s:.0f} s: {sampler.summary()} (worst in the first 2 s: {max(early):.1f} ms)"
+        )
+
+
 async def _wait_for_fake(server: Server) -> float:
     start = time.perf_counter()
     while (await _fake_health(server))["in_flight"] > 0:
@@ -437,11 +461,13 @@ async def _main(args: argparse.Namespace) -> None:
             await probe_runaway(server, base, args.runaway_s, args.max_response_mib)
         if "line" in probes:
             await probe_line(server, args.line_mib)
+    if "floor" in probes:
+        await probe_floor(args.streams, args.hold_s, args.max_response_mib)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--probes", default="body,streams,runaway,line")
+    parser.add_argument("--probes", default="body,streams,runaway,line,floor")
     parser.add_argument("--streams", type=int, default=300)
     parser.add_argument("--hold-s", type=float, default=10.0, help="how long streams stay open")
     parser.add_argument("--runaway-s", type=float, default=20.0)
