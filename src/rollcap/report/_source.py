@@ -18,7 +18,6 @@ from pathlib import Path
 
 import orjson
 
-from rollcap.collect import failures_path
 from rollcap.ids import ROLLOUT_ID_PATTERN, validate_rollout_id
 from rollcap.records import Gap
 from rollcap.report._model import RolloutInput, RolloutLine, rollout_line_info, task_of
@@ -56,6 +55,10 @@ class RunFiles:
 
     @property
     def failures_file(self) -> Path | None:
+        # Here, not at the top: collection imports the evidence models (pydantic), which every
+        # command would then load with the CLI, the model server's included.
+        from rollcap.collect import failures_path
+
         return None if self.rollouts_file is None else failures_path(self.rollouts_file)
 
     def describe(self) -> dict[str, str | None]:
