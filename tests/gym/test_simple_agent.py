@@ -233,3 +233,33 @@ async def test_collection_joins_the_agents_evidence_with_the_captured_calls(
     assert entry["perf_summary"]["mean_num_turns"] == 3.0
     assert line["response"]["output"][-1]["type"] == "message"
     assert line["reward"] == 0.0
+
+
+class NewItemModel(StubModel):
+    """A Responses upstream whose answer holds an output item of a type no shape knows yet."""
+
+    def app(self) -> Starlette:
+        async def responses(request: Request) -> Response:
+            body = orjson.loads(await request.body())
+            self.requests.append(body)
+            answer = responses_object("126", body.get("model"))
+            answer["output"].insert(0, {"type": "future_item", "id": "fi_1", "payload": [1]})
+            return Response(orjson.dumps(answer), media_type="application/json")
+
+        return Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+
+
+async def test_a_conversation_the_shapes_cannot_hold_is_a_transcript_gap(tmp_path: Path) -> None:
+    model = NewItemModel()
+    async with gym_stack(model, tmp_path, resources=CalculatorResourcesServer()) as stack:
+        status, result = await stack.post(stack.agent_url + "/run", {**CALCULATOR, **INDICES})
+    assert status == 200, result
+    assert result["reward"] == 1.0  # the answer is still read and scored
+    trajectory = TrajectoryRecord.model_validate(result["ng_trajectory"])
+    assert trajectory.invocations[0].conversation == []
+    assert {
+        "code": "agent_transcript_unavailable",
+        "detail": "ValidationError",
+        "invocation_id": "root",
+    } in result["ng_trajectory"]["gaps"]
+    assert len(trajectory.turns) == 1
