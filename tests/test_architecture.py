@@ -323,6 +323,13 @@ def test_the_check_of_what_is_loaded_can_fail() -> None:
     assert _loaded_by("import rollcap.server", SERVER_STACK)
 
 
+def test_the_cli_and_the_model_server_load_no_collection_and_no_evidence_models() -> None:
+    # Every command imports the CLI, and `rollcap serve model` the server too: what they load at
+    # start-up, every model-server process carries for its whole life.
+    heavy = ("pydantic", "rollcap.collect", "rollcap.evidence")
+    assert _loaded_by("import rollcap.cli, rollcap.server", heavy) == []
+
+
 def test_import_rollcap_loads_no_server_stack_and_no_web_framework() -> None:
     frameworks = ("aiohttp", "starlette", "anyio")
     assert _loaded_by("import rollcap", SERVER_STACK + frameworks) == []

@@ -200,17 +200,3 @@ def test_capture_view_serves_until_interrupted(capture_dir: Path) -> None:
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "stopped" in err
-
-
-def test_the_cli_and_the_model_server_load_no_collection_and_no_evidence_models() -> None:
-    # Every command imports the CLI, and `rollcap serve model` the server too: what they load
-    # at start-up every model-server process carries for its whole life.
-    code = (
-        "import sys, rollcap.cli, rollcap.server; "
-        "print(sorted(m for m in ('pydantic', 'rollcap.collect', 'rollcap.evidence') "
-        "if m in sys.modules))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert done.stdout.strip() == "[]"

@@ -19,6 +19,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from rollcap._runtime.pacing import paced
 from rollcap.config import HEADER_READ_TIMEOUT_S
 
 __all__ = [
@@ -72,9 +73,10 @@ class _Listener:
         self.taken = 0
 
 
-# At most this many connections are taken per turn of the loop: a burst is let in over a few
-# turns, so that no turn starts hundreds of requests at once.
-_ACCEPT_PER_TURN = 16
+# At most this many connections are taken per turn of the loop. Taking one is cheap; starting
+# its request is not, and that is paced apart (``pacing``): a burst let in a few a turn kept a
+# health check waiting in the kernel's queue behind all of it (bench/hostile.py).
+_ACCEPT_PER_TURN = 1024
 # After an answer given before the request's body was whole (a 413), up to this much more of the
 # body is read and dropped, for up to LINGER_S, so that a client still sending can read the
 # answer; then the connection is closed (unless the body ended meanwhile).
@@ -210,10 +212,11 @@ def uvicorn_server(
 
     The model server forwards the upstream's ``date`` and ``server`` headers; uvicorn's would
     be second copies. A connection that takes longer than ``header_timeout_s`` over its request
-    headers is closed.
+    headers is closed. Requests start a few per turn of the loop, ``/health`` at once
+    (``rollcap._runtime.pacing``).
     """
     config = uvicorn.Config(
-        app,
+        paced(app),
         loop="uvloop",
         http=_server_protocol(header_timeout_s, listener),
         log_level=log_level,
