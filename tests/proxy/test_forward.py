@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from rollcap._proxy.forward import (
+    UPSTREAM_KEEP_ALIVE_S,
     UpstreamFailure,
     forwarding_session,
     open_upstream,
@@ -195,3 +196,30 @@ async def test_no_answer_at_all() -> None:
                 await open_upstream(session, "POST", url, b"{}", [])
     assert (refused.value.status, refused.value.category) == (502, ErrorCategory.CONNECTION)
     assert (silent.value.status, silent.value.category) == (504, ErrorCategory.TIMEOUT)
+
+
+async def test_an_idle_upstream_connection_is_closed_before_uvicorns_keep_alive_ends() -> None:
+    # vLLM is served by uvicorn, which closes a connection idle for its timeout_keep_alive; the
+    # forwarder must never send a call on a connection the upstream may be closing.
+    import uvicorn
+
+    assert uvicorn.Config(app="unused:app").timeout_keep_alive > UPSTREAM_KEEP_ALIVE_S
+    connections: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, forwarding_session(connect_timeout_s=5, read_timeout_s=5) as session:
+        for pause in (0.0, 0.2, UPSTREAM_KEEP_ALIVE_S + 0.5):
+            await asyncio.sleep(pause)
+            async with session.get(f"http://127.0.0.1:{port}/") as answer:
+                assert await answer.read() == b"ok"
+    # The first connection served the first two calls; the third, after a longer pause, a new one.
+    assert len(connections) == 2

@@ -15,7 +15,13 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from rollcap._runtime.serving import SEND_BUFFER_BYTES, bind, serving, serving_in_thread
+from rollcap._runtime.serving import (
+    KEEP_ALIVE_S,
+    SEND_BUFFER_BYTES,
+    bind,
+    serving,
+    serving_in_thread,
+)
 
 
 async def _hello(request: Request) -> PlainTextResponse:
@@ -140,3 +146,35 @@ def test_a_listening_socket_bounds_its_connections_send_buffers() -> None:
     with bind("127.0.0.1", 0) as sock:
         size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
     assert size <= 2 * SEND_BUFFER_BYTES  # the kernel doubles what it is asked for
+
+
+def test_the_keep_alive_outlasts_the_sdk_clients_idle_expiry() -> None:
+    # A server that closes an idle connection first races the client's next request on it;
+    # the SDKs agents use close theirs after keepalive_expiry, aiohttp after 15 s.
+    import anthropic._constants
+    import openai._constants
+
+    expiries = [
+        openai._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry,
+        anthropic._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry,
+        15.0,  # aiohttp.TCPConnector's keepalive_timeout
+    ]
+    assert all(expiry is not None and expiry < KEEP_ALIVE_S for expiry in expiries)
+
+
+def test_an_idle_connection_is_still_open_after_the_sdks_would_have_dropped_it() -> None:
+    import http.client
+
+    with serving_in_thread(APP) as url:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            connection.request("GET", "/")
+            assert connection.getresponse().read() == b"hello"
+            first = connection.sock
+            time.sleep(5.5)  # past uvicorn's default keep-alive, 5 s
+            connection.request("GET", "/")  # on the same socket: a closed one fails here
+            assert connection.getresponse().read() == b"hello"
+            assert connection.sock is first
+        finally:
+            connection.close()

@@ -31,6 +31,7 @@ from rollcap.records import ErrorCategory
 from rollcap.sse import is_event_stream
 
 __all__ = [
+    "UPSTREAM_KEEP_ALIVE_S",
     "Observer",
     "UpstreamFailure",
     "forwarding_session",
@@ -99,6 +100,12 @@ class Observer(Protocol):
     def upstream_failed(self, category: ErrorCategory) -> None: ...
 
 
+# An idle upstream connection is closed after this long, before the upstream closes it: uvicorn,
+# which serves vLLM, closes one after 5 s, and a request sent on a connection as the server closes
+# it fails without an answer (aiohttp retries no POST).
+UPSTREAM_KEEP_ALIVE_S = 4.0
+
+
 def forwarding_session(*, connect_timeout_s: float, read_timeout_s: float) -> aiohttp.ClientSession:
     """One session for all of a server's upstream calls: unbounded pool, bytes as they came.
 
@@ -106,7 +113,9 @@ def forwarding_session(*, connect_timeout_s: float, read_timeout_s: float) -> ai
     generation that keeps streaming is never cut.
     """
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+        connector=aiohttp.TCPConnector(
+            limit=0, ttl_dns_cache=300, keepalive_timeout=UPSTREAM_KEEP_ALIVE_S
+        ),
         timeout=aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
         ),

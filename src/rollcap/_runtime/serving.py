@@ -23,6 +23,7 @@ from rollcap._runtime.pacing import paced
 from rollcap.config import HEADER_READ_TIMEOUT_S
 
 __all__ = [
+    "KEEP_ALIVE_S",
     "LINGER_BYTES",
     "LINGER_S",
     "SEND_BUFFER_BYTES",
@@ -77,6 +78,11 @@ class _Listener:
 # its request is not, and that is paced apart (``pacing``): a burst let in a few a turn kept a
 # health check waiting in the kernel's queue behind all of it (bench/hostile.py).
 _ACCEPT_PER_TURN = 1024
+# How long an idle keep-alive connection stays open. Longer than the idle expiry of the clients
+# agents use (the OpenAI and Anthropic SDKs' 5 s, aiohttp's 15 s), so that the client, not the
+# server, closes an idle connection: a server that closes first races the client's next request
+# on it, which then fails without an answer (uvicorn's default is 5 s, the SDKs' exactly).
+KEEP_ALIVE_S = 65
 # After an answer given before the request's body was whole (a 413), up to this much more of the
 # body is read and dropped, for up to LINGER_S, so that a client still sending can read the
 # answer; then the connection is closed (unless the body ended meanwhile).
@@ -223,6 +229,7 @@ def uvicorn_server(
         access_log=False,
         server_header=False,
         date_header=False,
+        timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=5,
     )
     return _Server(config)
