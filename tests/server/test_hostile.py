@@ -233,9 +233,9 @@ def test_unread_streams_on_an_endless_upstream_cost_a_bounded_amount() -> None:
     bound = streams * (2 * cap / MIB + 3) + 64
     assert grown < bound, f"grew {grown:.0f} MiB, bound {bound:.0f} MiB"
     # A wide margin, not a timing (bench/hostile.py has the figures): without the bounds the
-    # slowest answer took over 10 s; with them, the slowest is the one queued behind the 300
-    # requests that arrived just before it.
-    assert max(probe.latencies) < 2.0, sorted(probe.latencies)[-5:]
+    # slowest answer took over 10 s; with them, and the burst's requests started a few a turn
+    # behind /health, a fraction of a second.
+    assert max(probe.latencies) < 1.0, sorted(probe.latencies)[-5:]
     assert len(records) == streams
     assert {r["error_category"] for r in records} == {"cancelled"}
     assert landed < 30  # promptly: a bound against a stall, not a timing
