@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
 from collections.abc import Iterator
 
@@ -36,3 +37,18 @@ def started(
         yield proc, lines
     finally:
         stop(proc)
+
+
+def free_port() -> int:
+    """A port nothing listens on now, for a command that must be told one."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def agent_url(lines: list[str]) -> str:
+    """The agent's URL among the server lines ``rollcap env start`` printed."""
+    for line in lines:
+        if line.startswith("responses_api_agents"):
+            return line.split()[-1]
+    raise RuntimeError("env start printed no agent")

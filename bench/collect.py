@@ -25,32 +25,18 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _procs import started
+from _procs import agent_url, free_port, started
 from rollcap.collect import collect
 from rollcap.gym import example_data_path
 
 BIN = Path(sys.executable).parent
 KEY = "bench-key"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _agent_url(lines: list[str]) -> str:
-    for line in lines:
-        if line.startswith("responses_api_agents"):
-            return line.split()[-1]
-    raise RuntimeError("env start printed no agent")
 
 
 ROUNDS = 3
@@ -132,11 +118,11 @@ def main() -> None:
             common = [f"++policy_base_url={upstream}/v1", f"++policy_api_key={KEY}"]
             arms = ("capture off", "capture on", "evidence off")
             rates: dict[str, list[float]] = {arm: [] for arm in arms}
-            with started([*env, "--head-port", str(_free_port()), *common], "head") as (_, off):
+            with started([*env, "--head-port", str(free_port()), *common], "head") as (_, off):
                 for n in range(ROUNDS):
                     out = work / f"off-{n}.jsonl"
                     rates["capture off"].append(
-                        _run(_agent_url(off), example, out, None, repeats, args.concurrency)
+                        _run(agent_url(off), example, out, None, repeats, args.concurrency)
                     )
                     # Each capture-on round is a new run: a fresh environment and an empty
                     # capture directory, as a user's next run would have.
@@ -146,12 +132,12 @@ def main() -> None:
                             "++observability_enabled=true",
                             f"++model_call_capture_dir={calls}",
                         ]
-                        on_env = [*env, "--head-port", str(_free_port()), *common, *capture]
+                        on_env = [*env, "--head-port", str(free_port()), *common, *capture]
                         with started(on_env, "head") as (_, on):
                             out = work / f"{arm.replace(' ', '-')}-{n}.jsonl"
                             read = calls if arm == "capture on" else None
                             rates[arm].append(
-                                _run(_agent_url(on), example, out, read, repeats, args.concurrency)
+                                _run(agent_url(on), example, out, read, repeats, args.concurrency)
                             )
         ran = repeats * len(example.read_text().splitlines())
         for label, values in rates.items():

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from _procs import started
+from _procs import agent_url, free_port, started
 
 # This file is bench/ray.py: with its directory first on the path, `import ray` would import it.
 sys.path.remove(os.path.dirname(os.path.abspath(__file__)))
@@ -50,19 +49,6 @@ from rollcap.gym import example_data_path
 BIN = Path(sys.executable).parent
 KEY = "bench-key"
 MIB = 1 << 20
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _agent_url(lines: list[str]) -> str:
-    for line in lines:
-        if line.startswith("responses_api_agents"):
-            return line.split()[-1]
-    raise RuntimeError("env start printed no agent")
 
 
 def _tree_cpu() -> float:
@@ -193,11 +179,11 @@ def main() -> None:
             for n in range(args.rounds):
                 calls = work / f"local-calls-{n}"
                 capture = ["++observability_enabled=true", f"++model_call_capture_dir={calls}"]
-                local_env = [*env, "--head-port", str(_free_port()), *common, *capture]
+                local_env = [*env, "--head-port", str(free_port()), *common, *capture]
                 with started(local_env, "head") as (_, lines):
                     rounds["no Ray"].append(
                         _local(
-                            _agent_url(lines),
+                            agent_url(lines),
                             example,
                             work / f"local-{n}.jsonl",
                             calls,
