@@ -12,6 +12,8 @@ ray = pytest.importorskip("ray")
 
 from rollcap.cluster._actors import (  # noqa: E402
     ACTOR_OPTIONS,
+    ActorGroup,
+    Lifecycle,
     Member,
     error_text,
     mark_dead,
@@ -161,3 +163,28 @@ async def test_the_watch_marks_a_death_and_ignores_a_requested_stop() -> None:
     await watch(stopped)
     assert stopped.alive
     assert deaths == ["m"]
+
+
+async def test_an_actor_answers_its_ping_and_waits_until_it_stopped() -> None:
+    actor = Lifecycle()
+    actor.stopped = asyncio.Event()
+    assert await actor.ping() == "ok"
+    waiting = asyncio.create_task(actor.wait_stopped())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    actor.stopped.set()
+    await asyncio.wait_for(waiting, 5)
+
+
+async def test_a_group_starts_every_member_then_watches_each() -> None:
+    members = [
+        Member("a", Handle(start=Method({"url": "http://a"}), wait_stopped=Method("hang")), "n1"),
+        Member("b", Handle(start=Method({"url": "http://b"}), wait_stopped=Method(died())), "n2"),
+    ]
+    group = ActorGroup(members)
+    answers = await group._start("a thing")
+    assert [a["url"] for a in answers] == ["http://a", "http://b"]
+    await asyncio.sleep(0.01)  # the watcher of b learns of its death
+    assert [m.name for m in group.live()] == ["a"]
+    for task in group._watchers:
+        task.cancel()

@@ -26,6 +26,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 __all__ = [
     "ACTOR_OPTIONS",
+    "ActorGroup",
+    "Lifecycle",
     "Member",
     "alive_nodes",
     "current_node",
@@ -201,3 +203,40 @@ async def kill_all(members: Sequence[Member], watchers: Sequence[asyncio.Task[No
 async def _stop(member: Member) -> None:
     with contextlib.suppress(ray.exceptions.RayError):
         await member.handle.stop.remote()
+
+
+class Lifecycle:
+    """What the driver asks of every rollcap actor besides its own work: is it alive (``ping``),
+    and when has it stopped on request (``wait_stopped``). ``start`` sets ``stopped``; ``stop``
+    sets it once it has let go of everything."""
+
+    stopped: asyncio.Event | None = None
+
+    async def ping(self) -> str:
+        return "ok"
+
+    async def wait_stopped(self) -> None:
+        assert self.stopped is not None
+        await self.stopped.wait()
+
+
+class ActorGroup:
+    """The actors of a replica set or a worker pool, as the driver sees them. Use on one event
+    loop."""
+
+    def __init__(self, members: list[Member]) -> None:
+        self.members = members
+        self._watchers: list[asyncio.Task[None]] = []
+
+    async def _start(self, what: str) -> list[dict[str, Any]]:
+        """Start every member (``start_all``, ``what`` names one in its error), then watch each
+        for its death; each member's ``start`` answer, in order."""
+        answers = await start_all(self.members, self.stop, what)
+        self._watchers = [watch(m) for m in self.members]
+        return answers
+
+    def live(self) -> list[Member]:
+        return [m for m in self.members if m.alive]
+
+    async def stop(self) -> None:
+        await kill_all(self.members, self._watchers)

@@ -26,14 +26,13 @@ from rollcap._runtime.serving import serving
 from rollcap.affinity import choose_replica
 from rollcap.cluster._actors import (
     ACTOR_OPTIONS,
+    ActorGroup,
+    Lifecycle,
     Member,
     current_node,
     in_actor,
-    kill_all,
     node_address,
     placed_on,
-    start_all,
-    watch,
 )
 from rollcap.config import HEADER_READ_TIMEOUT_S
 from rollcap.server import ModelServerSettings, create_model_app
@@ -48,7 +47,7 @@ log = logging.getLogger("rollcap.cluster")
 REPLICA_OPTIONS: dict[str, Any] = {**ACTOR_OPTIONS, "max_concurrency": 32}
 
 
-class ModelReplica:
+class ModelReplica(Lifecycle):
     """One model server in a Ray actor. Its methods answer plain data, never raise."""
 
     def __init__(
@@ -63,7 +62,6 @@ class ModelReplica:
         self.stack = contextlib.AsyncExitStack()
         self.app: Any = None
         self.url = ""
-        self.stopped: asyncio.Event | None = None
 
     async def start(self) -> dict[str, Any]:
         """``{"url", "node_id", "warnings"}`` once it serves, or ``{"error"}``."""
@@ -96,25 +94,17 @@ class ModelReplica:
             "capture_failures": state.capture_failures,
         }
 
-    async def ping(self) -> str:
-        return "ok"
-
-    async def wait_stopped(self) -> None:
-        assert self.stopped is not None
-        await self.stopped.wait()
-
     async def stop(self) -> None:
         await self.stack.aclose()
         if self.stopped is not None:
             self.stopped.set()
 
 
-class ReplicaSet:
+class ReplicaSet(ActorGroup):
     """The replicas of one model server, as the driver sees them. Use on one event loop."""
 
     def __init__(self, members: list[Member]) -> None:
-        self.members = members
-        self._watchers: list[asyncio.Task[None]] = []
+        super().__init__(members)
         self._on_death: list[Callable[[Member], None]] = []
 
     @classmethod
@@ -145,14 +135,13 @@ class ReplicaSet:
             ).remote(settings, host, header_timeout_s)
             members.append(Member(name, handle, node_id))
         replicas = cls(members)
-        started = await start_all(members, replicas.stop, "a model-server replica")
+        for member in members:
+            member.on_death = replicas._died
+        started = await replicas._start("a model-server replica")
         for member, info in zip(members, started, strict=True):
             member.node_id = info["node_id"]
             for warning in info["warnings"]:
                 log.warning("%s: %s", member.name, warning)
-        for member in members:
-            member.on_death = replicas._died
-        replicas._watchers = [watch(m) for m in members]
         return replicas
 
     def _died(self, member: Member) -> None:
@@ -162,9 +151,6 @@ class ReplicaSet:
     def on_death(self, callback: Callable[[Member], None]) -> None:
         """Call ``callback(member)`` when a replica dies."""
         self._on_death.append(callback)
-
-    def live(self) -> list[Member]:
-        return [m for m in self.members if m.alive]
 
     def listing(self) -> list[dict[str, str]]:
         """The live replicas as ``GET /servers`` lists them."""
@@ -185,6 +171,3 @@ class ReplicaSet:
             *(m.handle.health.remote() for m in live), return_exceptions=True
         )
         return [a for a in answers if isinstance(a, dict)]
-
-    async def stop(self) -> None:
-        await kill_all(self.members, self._watchers)

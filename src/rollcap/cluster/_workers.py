@@ -44,14 +44,13 @@ from rollcap._runtime.heap import freeze_startup
 from rollcap._runtime.serving import serving
 from rollcap.cluster._actors import (
     ACTOR_OPTIONS,
+    ActorGroup,
+    Lifecycle,
     Member,
     current_node,
     in_actor,
-    kill_all,
     node_address,
     placed_on,
-    start_all,
-    watch,
 )
 from rollcap.cluster._inprocess import asgi_caller, lifespan
 from rollcap.cluster._wire import ROLLOUT_PATH, decode_request, outcome_headers
@@ -77,7 +76,7 @@ WORKER_OPTIONS: dict[str, Any] = {**ACTOR_OPTIONS, "max_concurrency": 16}
 _LOCAL = "127.0.0.1"
 
 
-class RolloutWorker:
+class RolloutWorker(Lifecycle):
     """Runs rollouts on its node. Its methods answer plain data, never raise."""
 
     def __init__(
@@ -102,7 +101,6 @@ class RolloutWorker:
         self.session: aiohttp.ClientSession | None = None
         self.store: CaptureStore | None = None
         self.io: BatchThread[Any, Any] | None = None
-        self.stopped: asyncio.Event | None = None
 
     async def start(self) -> dict[str, Any]:
         """``{"url", "node_id", "warnings"}`` once it serves ``POST /rollout``, or
@@ -177,13 +175,6 @@ class RolloutWorker:
         directory's lock probe, from another host)."""
         return await asyncio.to_thread(try_lock, path)
 
-    async def ping(self) -> str:
-        return "ok"
-
-    async def wait_stopped(self) -> None:
-        assert self.stopped is not None
-        await self.stopped.wait()
-
     async def stop(self) -> None:
         for task in self.agents.values():
             task.cancel()
@@ -198,12 +189,8 @@ class RolloutWorker:
             self.stopped.set()
 
 
-class WorkerPool:
+class WorkerPool(ActorGroup):
     """The rollout workers, as the driver sees them. Use on one event loop."""
-
-    def __init__(self, members: list[Member]) -> None:
-        self.members = members
-        self._watchers: list[asyncio.Task[None]] = []
 
     @classmethod
     async def start(
@@ -240,15 +227,11 @@ class WorkerPool:
                 )
                 members.append(Member(f"worker-{node_id[:8]}-{index}", handle, node_id))
         pool = cls(members)
-        started = await start_all(members, pool.stop, "a rollout worker")
+        started = await pool._start("a rollout worker")
         for member, info in zip(members, started, strict=True):
             for warning in info["warnings"][:1]:  # every worker of a directory says the same
                 log.warning("%s: %s", member.name, warning)
-        pool._watchers = [watch(m) for m in members]
         return pool
-
-    def live(self) -> list[Member]:
-        return [m for m in self.members if m.alive]
 
     def pick(self, node_id: str | None) -> Member:
         """The least busy live worker on ``node_id``, else anywhere; ``RuntimeError`` for none."""
@@ -258,6 +241,3 @@ class WorkerPool:
         if not candidates:
             raise RuntimeError("every rollout worker died: no node left to run rollouts on")
         return min(candidates, key=lambda m: m.in_flight)
-
-    async def stop(self) -> None:
-        await kill_all(self.members, self._watchers)
