@@ -8,6 +8,7 @@ imported only when it is asked for, so the main suite collects this directory wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from rollcap.cluster import ClusterSettings
+from rollcap.cluster import ClusterRun, ClusterSettings, cluster_collection
 from rollcap.collect import CollectionSummary, collect
 from rollcap.testing import FakeUpstream
 
@@ -178,6 +179,22 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
 def settings(**changes: Any) -> ClusterSettings:
     # Replicas listen on 127.0.0.1: every node of this cluster is this host.
     return ClusterSettings(enabled=True, host="127.0.0.1", **changes)
+
+
+def collection(
+    stack: Stack, nodes: list[str], **changes: Any
+) -> contextlib.AbstractAsyncContextManager[ClusterRun]:
+    """``cluster_collection`` of the many_calls agent with mcqa on ``nodes``, the cluster's
+    settings ``settings(**changes)``."""
+    return cluster_collection(
+        stack.config,
+        settings(**changes),
+        agent="many_calls",
+        capture_dir=stack.capture,
+        model_type="openai_model",
+        resources_server="mcqa",
+        nodes=nodes,
+    )
 
 
 def input_file(path: Path, tasks: list[dict[str, Any]]) -> Path:

@@ -27,12 +27,12 @@ from tests.cluster.conftest import (
     SimCluster,
     Stack,
     collect_with,
+    collection,
     input_file,
     input_of,
     lines_of,
     records,
     replicas_of,
-    settings,
     until,
 )
 
@@ -41,7 +41,6 @@ from rollcap.cluster import (
     REPLICA_OPTIONS,
     WORKER_OPTIONS,
     ReplicaSet,
-    cluster_collection,
 )
 from rollcap.collect import collect
 from rollcap.evidence import CAPTURE_KEY, OBSERVATIONS_KEY, PERF_KEY, TRAJECTORY_KEY
@@ -68,15 +67,7 @@ async def test_capture_across_nodes_is_complete(
     nodes = [sim.node_id("node_a"), sim.node_id("node_b")]
     async with (
         asyncio.timeout(BOUND_S),
-        cluster_collection(
-            stack.config,
-            settings(replicas=2),
-            agent="many_calls",
-            capture_dir=stack.capture,
-            model_type="openai_model",
-            resources_server="mcqa",
-            nodes=nodes,
-        ) as run,
+        collection(stack, nodes, replicas=2) as run,
     ):
         assert {m.node_id for m in replicas_of(run).live()} == set(nodes)
         assert {m.node_id for m in run.workers.live()} == set(nodes)
@@ -118,15 +109,7 @@ async def test_a_node_removed_mid_run_loses_its_rollouts_and_resume_runs_them_as
     tasks = 24
     async with (
         asyncio.timeout(BOUND_S),
-        cluster_collection(
-            stack.config,
-            settings(replicas=2),
-            agent="many_calls",
-            capture_dir=stack.capture,
-            model_type="openai_model",
-            resources_server="mcqa",
-            nodes=[node_a, node_c],
-        ) as run,
+        collection(stack, [node_a, node_c], replicas=2) as run,
     ):
         urls = replicas_of(run).urls()
         doomed_url = next(m.url for m in replicas_of(run).live() if m.node_id == node_c)
@@ -154,15 +137,7 @@ async def test_a_node_removed_mid_run_loses_its_rollouts_and_resume_runs_them_as
     stack.gate.hold = lambda rollout_id, n: False
     async with (
         asyncio.timeout(BOUND_S),
-        cluster_collection(
-            stack.config,
-            settings(replicas=1),
-            agent="many_calls",
-            capture_dir=stack.capture,
-            model_type="openai_model",
-            resources_server="mcqa",
-            nodes=[node_a],
-        ) as run,
+        collection(stack, [node_a], replicas=1) as run,
     ):
         resumed = await collect_with(stack, run, tmp_path, tasks, resume=True)
     assert (resumed.ran, resumed.skipped, resumed.lost) == (len(doomed), tasks - len(doomed), 0)
@@ -185,15 +160,7 @@ async def test_a_zombie_node_writes_only_to_its_own_attempt(
     try:
         async with (
             asyncio.timeout(BOUND_S),
-            cluster_collection(
-                stack.config,
-                settings(replicas=2, lost_retries=1),
-                agent="many_calls",
-                capture_dir=stack.capture,
-                model_type="openai_model",
-                resources_server="mcqa",
-                nodes=[node_a, node_z],
-            ) as run,
+            collection(stack, [node_a, node_z], replicas=2, lost_retries=1) as run,
         ):
             urls = replicas_of(run).urls()
             zombie_url = next(m.url for m in replicas_of(run).live() if m.node_id == node_z)
@@ -282,14 +249,8 @@ async def test_a_worker_that_dies_is_never_retried_by_ray(
     tasks = [{"calls": 1}] * 6 + [{"calls": 1, "crash_marker": str(marker)}]
     async with (
         asyncio.timeout(BOUND_S),
-        cluster_collection(
-            stack.config,
-            settings(replicas=2, lost_retries=1),
-            agent="many_calls",
-            capture_dir=stack.capture,
-            model_type="openai_model",
-            resources_server="mcqa",
-            nodes=[sim.node_id("node_a"), sim.node_id("node_b")],
+        collection(
+            stack, [sim.node_id("node_a"), sim.node_id("node_b")], replicas=2, lost_retries=1
         ) as run,
     ):
         summary = await collect(
