@@ -168,6 +168,26 @@ async def test_a_death_ray_declares_mid_attempt_gives_the_attempt_up(dying: str)
         assert outcome.reason == f"{dying} died while it ran"
 
 
+@pytest.mark.parametrize("dying", ["w-b", "r-b"])
+async def test_when_one_actor_of_a_node_is_found_dead_its_neighbour_is_asked_before_the_retry(
+    dying: str,
+) -> None:
+    # The whole node died, but the dispatch learns of one death first: the other actor on the
+    # node must be found dead before the attempt is given up, or its retry would go there.
+    async with two_nodes({"a": "ok", "b": "hang"}, ping={"b": died()}) as (dispatch, fakes):
+        rollout = _rollout_on(dispatch, "b")
+        running = asyncio.create_task(dispatch(rollout))
+        await fakes["b"].started.wait()
+        assert dispatch.replicas is not None
+        members = [*dispatch.workers.members, *dispatch.replicas.members]
+        mark_dead(next(m for m in members if m.name == dying), "declared dead")
+        assert (await running).kind == RolloutOutcome.LOST
+        assert [m.node_id for m in members if m.alive] == ["a", "a"]
+        again = Rollout(rollout.task_index, 0, 1, {})
+        assert (await dispatch(again)).kind == RolloutOutcome.OK
+        assert fakes["a"].received[-1] == (again.rollout_id, REPLICA_TARGET, "http://a:1")
+
+
 async def test_an_answer_that_is_not_an_outcome_is_the_rollout_s_failure() -> None:
     async with two_nodes({"a": "bad", "b": "bad"}) as (dispatch, _):
         outcome = await dispatch(Rollout(3, 1, 0, {}))

@@ -125,6 +125,7 @@ class RayDispatch:
                 self._in_flight.get(holder.name, set()).discard(call)
         if call.cancelled():
             dead = ", ".join(m.name for m in holders if not m.alive)
+            await self._settle_node(holders)
             return self._lose(f"{dead or worker.name} died while it ran")
         error = call.exception()
         if isinstance(error, aiohttp.ClientError | OSError):
@@ -149,6 +150,19 @@ class RayDispatch:
         ):
             return self._lose(f"its model-server replica {replica.name} died")
         return outcome
+
+    @staticmethod
+    async def _settle_node(holders: list[Member]) -> None:
+        """Ask Ray about each holder still thought alive on the node of one that died.
+
+        A node's death is learnt actor by actor: without this, the attempt given up when its
+        worker was found dead would run again through the same node's replica, not yet found
+        dead, and be lost a second time when it is.
+        """
+        dead_nodes = {m.node_id for m in holders if not m.alive}
+        for member in holders:
+            if member.alive and member.node_id in dead_nodes:
+                await verdict(member)
 
     def _lose(self, reason: str) -> RolloutOutcome:
         self.lost += 1
