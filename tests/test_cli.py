@@ -42,7 +42,7 @@ def test_bad_rollout_id_is_a_usage_error(
     capture_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["capture", "show", str(capture_dir), "../etc"]) == 2
-    assert "invalid rollout id '../etc'" in capsys.readouterr().err
+    assert "Invalid rollout id: '../etc'" in capsys.readouterr().err
 
 
 def test_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -53,16 +53,22 @@ usages = st.dictionaries(
     st.sampled_from(
         [
             "input_tokens", "output_tokens", "total_tokens", "prompt_tokens", "completion_tokens",
-            "cache_read_input_tokens", "cache_creation_input_tokens",
+            "cache_read_input_tokens", "cache_creation_input_tokens", "cached_input_tokens",
+            "reasoning_output_tokens",
         ]
     ),
     counts,
 )  # fmt: skip
+# A response of any dialect's shape, or none: a record without a known dialect is read by it.
+shapes = st.sampled_from(
+    [{}, {"output": []}, {"choices": []}, {"content": []}, {"object": "response"},
+     {"object": "chat.completion"}, {"type": "message"}]
+)  # fmt: skip
 raws: st.SearchStrategy[dict[str, Any]] = st.builds(
     dict,
-    dialect=st.sampled_from([*DIALECT_NAMES, "other"]),
+    dialect=st.sampled_from([*DIALECT_NAMES, "other", None]),
     latency_ms=st.none() | st.floats(0, 1e6),
-    response=st.builds(dict, usage=usages) | st.none(),
+    response=st.builds(lambda shape, usage: {**shape, "usage": usage}, shapes, usages) | st.none(),
 )
 
 
@@ -83,3 +89,17 @@ def test_aggregate_raw_on_every_golden_stream() -> None:
     normalized = [ModelCallRecord.from_raw(raw, i) for i, raw in enumerate(records)]
     assert aggregate_raw(records) == aggregate(normalized)
     assert aggregate_raw(records)["tokens_in"] is not None
+
+
+def test_a_record_without_a_dialect_is_aggregated_as_its_shape_reads() -> None:
+    raws: list[dict[str, Any]] = [
+        {
+            "latency_ms": 1.0,
+            "response": {"object": "chat.completion", "usage": {"prompt_tokens": 3}},
+        },
+        {"response": {"output": [], "usage": {"input_tokens": 4, "cached_input_tokens": 2}}},
+        {"dialect": "gemini", "response": {"type": "message", "usage": {"input_tokens": 5}}},
+    ]
+    metrics = aggregate_raw(raws)
+    assert (metrics["tokens_in"], metrics["cached_tokens"], metrics["num_calls"]) == (12, 2, 3)
+    assert metrics == aggregate([ModelCallRecord.from_raw(raw, i) for i, raw in enumerate(raws)])

@@ -4,7 +4,14 @@ from typing import Any
 
 import pytest
 
-from rollcap.records import ErrorCategory, ModelCallRecord, RawRecord, error_category, model_ref
+from rollcap.records import (
+    ErrorCategory,
+    ModelCallRecord,
+    RawRecord,
+    error_category,
+    infer_dialect,
+    model_ref,
+)
 
 # The raw record printed on the spec page, as one persisted line would hold it.
 SPEC_RECORD: dict[str, Any] = {
@@ -135,6 +142,82 @@ def test_cache_hit_and_tool_calls_and_model_from_response() -> None:
     assert record.tokens_in == 10  # OpenAI cached tokens are already inside the input count
     assert record.finish_reason == "tool_calls"
     assert record.tool_calls == [{"call_id": "call_1", "name": "f", "arguments": {"x": 1}}]
+
+
+def test_cache_hit_follows_a_cached_count_under_any_naming() -> None:
+    for usage, cached, hit in (
+        ({"input_tokens": 9, "cached_input_tokens": 6}, 6, True),
+        ({"input_tokens": 9, "input_tokens_details": {"cached_input_tokens": 0}}, 0, False),
+        ({"input_tokens": 9}, None, None),
+    ):
+        raw = {**SPEC_RECORD, "response": {"id": "resp_1", "usage": usage}}
+        record = ModelCallRecord.from_raw(raw, 0)
+        assert (record.cached_tokens, record.cache_hit) == (cached, hit), usage
+
+
+NO_DIALECT = {key: value for key, value in SPEC_RECORD.items() if key != "dialect"}
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        (
+            {
+                "object": "response",
+                "status": "incomplete",
+                "incomplete_details": {"reason": "max_output_tokens"},
+                "output": [],
+                "usage": {"input_tokens": 5, "output_tokens": 1, "reasoning_output_tokens": 1},
+            },
+            ("max_output_tokens", "incomplete", 5, 1),
+        ),
+        (
+            {
+                "object": "chat.completion",
+                "choices": [{"finish_reason": "stop", "message": {"content": "hi"}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+            },
+            ("stop", None, 3, None),
+        ),
+        (
+            {
+                "type": "message",
+                "content": [{"type": "text", "text": "hi"}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 2, "cache_read_input_tokens": 4, "output_tokens": 1},
+            },
+            ("end_turn", None, 6, None),
+        ),
+    ],
+)
+def test_a_record_without_a_dialect_is_read_by_its_response_s_shape(
+    response: dict[str, Any], expected: tuple[Any, ...]
+) -> None:
+    record = ModelCallRecord.from_raw({**NO_DIALECT, "response": response}, 0)
+    got = (record.finish_reason, record.response_status, record.tokens_in, record.tokens_reasoning)
+    assert got == expected
+    assert record.dialect == ""  # what the record says: nothing is made up for it
+
+
+@pytest.mark.parametrize(
+    ("response", "dialect"),
+    [
+        ({"output": [], "choices": []}, "responses"),  # NeMo Gym's reader tries output first
+        ({"choices": [], "content": []}, "chat"),
+        ({"content": []}, "messages"),
+        ({"object": "response", "output": None}, "responses"),
+        ({"object": "chat.completion.chunk"}, "chat"),
+        ({"type": "message", "content": "text"}, "messages"),
+        ({"id": "x", "status": "completed"}, None),
+        ({"object": "list", "type": "other"}, None),
+        ([], None),
+        (None, None),
+    ],
+)
+def test_infer_dialect_by_the_answer_list_then_the_object_type(
+    response: object, dialect: str | None
+) -> None:
+    assert infer_dialect(response) == dialect
 
 
 # EVIDENCE.md section 3.3, in order.

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
+import pydantic
 import pytest
 
 from rollcap.routing import (
@@ -31,7 +33,7 @@ def test_split_prefix() -> None:
     ["/ng-rollout//v1/x", "/ng-rollout/../v1", "/ng-rollout/%2e%2e/v1", "/ng-rollout/a b/v1"],
 )
 def test_split_prefix_refuses_bad_ids(path: str) -> None:
-    with pytest.raises(ValueError, match="invalid rollout id"):
+    with pytest.raises(ValueError, match="Invalid rollout id"):
         split_prefix(path)
 
 
@@ -53,6 +55,26 @@ def test_url_path_for_run() -> None:
 def test_base_url_for_run() -> None:
     assert base_url_for_run("http://127.0.0.1:8000/", RUN) == "http://127.0.0.1:8000/ng-rollout/7-0"
     assert base_url_for_run("http://h:1", {}) == "http://h:1"
+
+
+class _RunRequest(pydantic.BaseModel):
+    """A run request model as agents written for NeMo Gym pass theirs."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    responses_create_params: dict[str, Any] = {}
+
+
+def test_a_pydantic_or_plain_object_run_body_is_prefixed_too() -> None:
+    model = _RunRequest.model_validate(
+        {"_ng_task_index": 7, "_ng_rollout_index": 0, "_ng_attempt_index": "1"}
+    )
+    plain = SimpleNamespace(_ng_task_index=7, _ng_rollout_index=0, _ng_attempt_index=1)
+    for body in (model, plain):
+        assert url_path_for_run("/v1/responses", body) == "/ng-rollout/7-0-a1/v1/responses"
+        assert base_url_for_run("http://h:1/", body) == "http://h:1/ng-rollout/7-0-a1"
+    assert url_path_for_run("/v1/responses", _RunRequest()) == "/v1/responses"
+    assert base_url_for_run("http://h:1", SimpleNamespace()) == "http://h:1"
 
 
 def test_url_path_for_request_forms() -> None:
@@ -100,5 +122,5 @@ def test_strip_prefix_leaves_an_unprefixed_scope_as_it_is() -> None:
 def test_strip_prefix_reads_the_id_from_the_path_as_sent() -> None:
     # Decoded, "a%2Fb" would pass as the id "a" followed by "/b".
     scope = {"path": "/ng-rollout/a/b/v1/responses", "raw_path": b"/ng-rollout/a%2Fb/v1/responses"}
-    with pytest.raises(ValueError, match="invalid rollout id"):
+    with pytest.raises(ValueError, match="Invalid rollout id"):
         strip_prefix(scope)

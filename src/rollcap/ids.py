@@ -8,6 +8,11 @@ of a finished rollout, which takes a line as it is.
 A rollout id becomes a file name in the capture directory and a URL path segment, so it is
 validated against one grammar and refused (never sanitised) when it does not match: a sanitised
 id could map two rollouts onto one file.
+
+Both readings take the indices as NeMo Gym does, so that a run body and the line collected for
+it name the same file whichever implementation built the id: the task and rollout indices are
+written as they are given (``"3"`` and ``3`` both give ``3``), and the attempt index is whatever
+``int()`` makes of it (``"2"``, ``2.0`` and ``2`` are all attempt 2, ``True`` is attempt 1).
 """
 
 from __future__ import annotations
@@ -36,28 +41,62 @@ ATTEMPT_INDEX_KEY = "_ng_attempt_index"
 ROLLOUT_ID_KEY = "_ng_rollout_id"
 
 
+# NeMo Gym's wording for a malformed explicit id, which callers may match on.
+_EXPLICIT_RULE = (
+    "must be a string of letters, digits, dots, dashes or underscores starting with a letter or "
+    "digit"
+)
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, shortened when long: an id can be anything a client sent."""
+    text = repr(value)
+    return text if len(text) <= 220 else text[:217] + "..."
+
+
 def validate_rollout_id(rollout_id: object) -> str:
-    """Return ``rollout_id`` unchanged when it matches the grammar, else raise ``ValueError``."""
+    """Return ``rollout_id`` unchanged when it matches the grammar, else raise ``ValueError``.
+
+    The message starts ``Invalid rollout id: <repr>``, NeMo Gym's wording, for callers that match
+    on it.
+    """
     if not isinstance(rollout_id, str):
         raise ValueError(
-            f"invalid rollout id {rollout_id!r}: must be a string matching {_RULE}",
+            f"Invalid rollout id: {_shown(rollout_id)}: must be a string matching {_RULE}",
         )
     if ROLLOUT_ID_PATTERN.match(rollout_id) is None:
-        shown = rollout_id if len(rollout_id) <= 60 else rollout_id[:57] + "..."
         raise ValueError(
-            f"invalid rollout id {shown!r} (length {len(rollout_id)}): must match {_RULE}",
+            f"Invalid rollout id: {_shown(rollout_id)} (length {len(rollout_id)}): "
+            f"must match {_RULE}",
         )
     return rollout_id
 
 
-def _index(body: Mapping[str, Any], key: str) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    # bool is an int subclass; True as a task index is a caller bug, not index 1.
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"invalid {key} {value!r}: must be an integer >= 0")
-    return value
+def _attempt_number(value: Any) -> int:  # Any: whatever a client sent
+    """The attempt index ``value`` stands for, as NeMo Gym reads it: ``int(value)``."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(
+            f"invalid {ATTEMPT_INDEX_KEY} {_shown(value)}: must be an integer",
+        ) from None
+
+
+def _field(body: object, key: str) -> Any:
+    """``body[key]`` of a mapping, else the attribute ``key`` of an object (a pydantic model).
+
+    A pydantic model serves the keys it keeps as extras (``extra="allow"``) as attributes; a
+    field declared under another name with ``key`` as its alias (NeMo Gym's run requests keep
+    ``_ng_rollout_id`` so) is read by that name.
+    """
+    if isinstance(body, Mapping):
+        return body.get(key)
+    declared = getattr(type(body), "model_fields", None)
+    if isinstance(declared, Mapping):
+        for name, info in declared.items():
+            if getattr(info, "alias", None) == key:
+                return getattr(body, name, None)
+    return getattr(body, key, None)
 
 
 def with_attempt(base: str, attempt: int) -> str:
@@ -80,22 +119,33 @@ def build_rollout_id(task_index: int, rollout_index: int, attempt_index: int = 0
 def rollout_id_from_run(body: object) -> str | None:
     """The rollout id a run request body carries, or ``None`` when it carries none.
 
-    ``_ng_rollout_id`` wins when present; otherwise the id is built from the task and rollout
-    indices, and the attempt index adds ``-a<n>`` when n > 0 (for an explicit id too, so that a
-    resumed attempt never appends to the earlier attempt's file). A present but malformed value is
-    an error rather than ``None``: silently dropping it would leave the rollout uncaptured.
+    ``body`` is a mapping (the JSON body) or an object whose attributes carry the keys: a pydantic
+    request model (its extras, or a field aliased to the key) or any plain object.
+
+    ``_ng_rollout_id`` wins when present; otherwise the id is ``<task>-<rollout>``, the indices
+    written as they are given, and the attempt index (``int()`` of it) adds ``-a<n>`` when n > 0
+    (for an explicit id too, so that a resumed attempt never appends to the earlier attempt's
+    file). A present but malformed value is an error rather than ``None``: silently dropping it
+    would leave the rollout uncaptured. So is an id that does not match the grammar.
     """
-    if not isinstance(body, Mapping):
-        return None
-    attempt = _index(body, ATTEMPT_INDEX_KEY) or 0
-    explicit = body.get(ROLLOUT_ID_KEY)
+    explicit = _field(body, ROLLOUT_ID_KEY)
     if explicit is not None:
-        return validate_rollout_id(with_attempt(validate_rollout_id(explicit), attempt))
-    task = _index(body, TASK_INDEX_KEY)
-    rollout = _index(body, ROLLOUT_INDEX_KEY)
-    if task is None or rollout is None:
-        return None
-    return validate_rollout_id(build_rollout_id(task, rollout, attempt))
+        if not isinstance(explicit, str) or ROLLOUT_ID_PATTERN.match(explicit) is None:
+            raise ValueError(
+                f"{ROLLOUT_ID_KEY} {_EXPLICIT_RULE}; got {_shown(explicit)} "
+                f"(a rollout id matches {_RULE})",
+            )
+        base = explicit
+    else:
+        task = _field(body, TASK_INDEX_KEY)
+        rollout = _field(body, ROLLOUT_INDEX_KEY)
+        if task is None or rollout is None:
+            return None  # an attempt index alone names no rollout
+        base = f"{task}-{rollout}"
+    attempt = _field(body, ATTEMPT_INDEX_KEY)
+    return validate_rollout_id(
+        with_attempt(base, 0 if attempt is None else _attempt_number(attempt))
+    )
 
 
 def record_rollout_id(record: Mapping[str, Any]) -> str | None:
@@ -103,7 +153,8 @@ def record_rollout_id(record: Mapping[str, Any]) -> str | None:
 
     The same rule as ``rollout_id_from_run``, without its checks, as finished rollouts' evidence
     is read: ``_ng_rollout_id`` as text when present, else ``<task>-<rollout>`` from the indices
-    whatever their type, then ``-a<n>`` when the attempt index is an int n > 0 (a bool is not).
+    whatever their type, then ``-a<n>`` when the attempt index reads as an integer n > 0 (as
+    ``rollout_id_from_run`` reads it, so both name the same file); one that does not adds nothing.
     Whether the id can name a capture file is the store's business.
     """
     explicit = record.get(ROLLOUT_ID_KEY)
@@ -116,6 +167,9 @@ def record_rollout_id(record: Mapping[str, Any]) -> str | None:
             return None
         base = f"{task}-{rollout}"
     attempt = record.get(ATTEMPT_INDEX_KEY)
-    if isinstance(attempt, int) and not isinstance(attempt, bool):
-        return with_attempt(base, attempt)
-    return base
+    if attempt is None:
+        return base
+    try:
+        return with_attempt(base, _attempt_number(attempt))
+    except ValueError:
+        return base

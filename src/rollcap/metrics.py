@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rollcap.dialects import DIALECT_NAMES, Usage, get_dialect
-from rollcap.records import ModelCallRecord, round_ms
+from rollcap.records import ModelCallRecord, infer_dialect, round_ms
 
 __all__ = [
     "METRIC_KEYS",
@@ -53,7 +53,9 @@ def _raw_row(raw: Mapping[str, Any]) -> tuple[Any, ...]:
     usage = Usage()
     response = raw.get("response")
     dialect = raw.get("dialect")
-    if isinstance(response, dict) and isinstance(dialect, str) and dialect in DIALECT_NAMES:
+    if not (isinstance(dialect, str) and dialect in DIALECT_NAMES):
+        dialect = infer_dialect(response)  # as ModelCallRecord.from_raw reads it
+    if isinstance(response, dict) and dialect is not None:
         usage = get_dialect(dialect).usage(response)
     latency = raw.get("latency_ms")
     if isinstance(latency, bool) or not isinstance(latency, int | float):

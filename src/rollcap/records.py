@@ -32,6 +32,7 @@ __all__ = [
     "ModelCallRecord",
     "RawRecord",
     "error_category",
+    "infer_dialect",
     "model_ref",
 ]
 
@@ -138,6 +139,30 @@ def error_category(
     ):
         if applies:
             return category
+    return None
+
+
+def infer_dialect(response: object) -> str | None:
+    """The dialect a response object's shape says it is, for a record that names none we know.
+
+    By the list each dialect keeps its answer in, in the order NeMo Gym's reader tries them
+    (``output``: responses, ``choices``: chat, ``content``: messages), so a record without a
+    ``dialect`` (another implementation's, an older one's) reads as it reads there; failing
+    those, by the object's own type (``object`` ``response`` or ``chat.completion``, ``type``
+    ``message``). ``None`` when neither tells.
+    """
+    if not isinstance(response, Mapping):
+        return None
+    for key, dialect in (("output", "responses"), ("choices", "chat"), ("content", "messages")):
+        if isinstance(response.get(key), list):
+            return dialect
+    kind = response.get("object")
+    if kind == "response":
+        return "responses"
+    if isinstance(kind, str) and kind.startswith("chat.completion"):
+        return "chat"
+    if response.get("type") == "message":
+        return "messages"
     return None
 
 
@@ -316,8 +341,11 @@ class ModelCallRecord:
         if not isinstance(raw, RawRecord):
             raw = RawRecord.from_json(raw)
         normalized = Normalized()
-        if raw.response is not None and raw.dialect in DIALECT_NAMES:
-            normalized = get_dialect(raw.dialect).normalize(raw.response)
+        # A record whose dialect we do not know is read by its response's shape (as NeMo Gym
+        # reads every record), so it still gets its usage, finish reason and status.
+        dialect = raw.dialect if raw.dialect in DIALECT_NAMES else infer_dialect(raw.response)
+        if raw.response is not None and dialect is not None:
+            normalized = get_dialect(dialect).normalize(raw.response)
         usage = normalized.usage
         request_model = as_str((raw.request or {}).get("model"))
         cached = as_count(usage.cached_tokens)

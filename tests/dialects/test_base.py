@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from rollcap.dialects import context_length_exceeded, error_message, get_dialect
-from rollcap.dialects._base import openai_error
+from rollcap.dialects._base import cached_count, openai_error, reasoning_count
 
 
 def test_openai_error_has_the_shape_the_openai_sdks_parse() -> None:
@@ -94,3 +94,88 @@ def test_context_length_exceeded_reads_each_apis_wording(
     status: int | None, body: dict[str, Any] | None, exceeded: bool
 ) -> None:
     assert context_length_exceeded(status, body) is exceeded
+
+
+# NeMo Gym reads the cached and the reasoning count under every naming, in every dialect, the
+# first count found winning; these are the namings in its order.
+CACHED_NAMINGS: list[dict[str, Any]] = [
+    {"prompt_tokens_details": {"cached_tokens": 1}},
+    {"prompt_tokens_details": {"cached_input_tokens": 2}},
+    {"input_tokens_details": {"cached_tokens": 3}},
+    {"input_tokens_details": {"cached_input_tokens": 4}},
+    {"cache_read_input_tokens": 5},
+    {"cached_input_tokens": 6},
+]
+REASONING_NAMINGS: list[dict[str, Any]] = [
+    {"output_tokens_details": {"reasoning_tokens": 1}},
+    {"completion_tokens_details": {"reasoning_tokens": 2}},
+    {"reasoning_output_tokens": 3},
+]
+
+
+def _merged(namings: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for naming in namings:
+        for key, value in naming.items():
+            out[key] = {**out[key], **value} if isinstance(value, dict) and key in out else value
+    return out
+
+
+@pytest.mark.parametrize("first", range(len(CACHED_NAMINGS)))
+def test_the_cached_count_is_the_first_naming_that_holds_a_count(first: int) -> None:
+    usage = _merged(CACHED_NAMINGS[first:])
+    assert cached_count(usage) == first + 1
+    # A value that is not a count is passed over, not taken as unknown.
+    details = {**usage.get("prompt_tokens_details", {}), "cached_tokens": -1}
+    spoiled = {**usage, "prompt_tokens_details": details}
+    assert cached_count(spoiled) == max(first + 1, 2)
+
+
+@pytest.mark.parametrize("first", range(len(REASONING_NAMINGS)))
+def test_the_reasoning_count_is_the_first_naming_that_holds_a_count(first: int) -> None:
+    assert reasoning_count(_merged(REASONING_NAMINGS[first:])) == first + 1
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [{}, {"cached_input_tokens": True}, {"cached_input_tokens": 2.0}, {"input_tokens_details": 3}],
+)
+def test_no_count_under_any_naming_is_unknown(usage: dict[str, Any]) -> None:
+    assert cached_count(usage) is None
+    assert reasoning_count({"reasoning_output_tokens": usage.get("cached_input_tokens")}) is None
+
+
+@pytest.mark.parametrize(
+    ("dialect", "counts"),
+    [
+        ("chat", {"prompt_tokens": 10, "completion_tokens": 4}),
+        ("responses", {"input_tokens": 10, "output_tokens": 4}),
+        ("messages", {"input_tokens": 10, "output_tokens": 4}),
+    ],
+)
+def test_every_dialect_reads_cached_input_tokens_and_reasoning_output_tokens(
+    dialect: str, counts: dict[str, int]
+) -> None:
+    usage = {**counts, "cached_input_tokens": 7, "reasoning_output_tokens": 3}
+    got = get_dialect(dialect).usage({"usage": usage})
+    assert got.cached_tokens == 7
+    # The contract keeps Anthropic's reasoning count unknown, whatever a proxy adds.
+    assert got.tokens_reasoning == (None if dialect == "messages" else 3)
+    assert got.tokens_in == 10  # a cached count is inside the input count, never added in
+    standard = get_dialect(dialect).usage(
+        {
+            "usage": {
+                **usage,
+                "prompt_tokens_details": {"cached_tokens": 1},
+                "completion_tokens_details": {"reasoning_tokens": 2},
+            }
+        }
+    )
+    assert standard.cached_tokens == 1
+    assert standard.tokens_reasoning == (None if dialect == "messages" else 2)
+
+
+def test_anthropic_cache_reads_still_count_and_still_add_into_tokens_in() -> None:
+    usage = {"input_tokens": 2, "cache_read_input_tokens": 5, "cached_input_tokens": 9}
+    got = get_dialect("messages").usage({"usage": usage})
+    assert (got.cached_tokens, got.tokens_in) == (5, 7)

@@ -264,6 +264,44 @@ def test_invalid_bundles(value: dict[str, Any], reason: str) -> None:
         AgentObservationBundle.model_validate(value)
 
 
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (
+            bundle(invocation("a", parent_invocation_id="a")),
+            "parent_invocation_id must not form a cycle",
+        ),
+        (
+            bundle(
+                invocation("a", parent_invocation_id="b"),
+                invocation("b", parent_invocation_id="a"),
+            ),
+            "parent_invocation_id must not form a cycle",
+        ),
+        (
+            bundle(invocation("a"), invocation("a")),
+            "invocation_id must be unique within an observation bundle",
+        ),
+        (
+            bundle(
+                {
+                    "kind": "tool_call",
+                    "invocation_id": "a",
+                    "tool_call_id": "t",
+                    "started_at": 2.0,
+                    "completed_at": 1.0,
+                }
+            ),
+            "completed_at must not precede started_at",
+        ),
+    ],
+)
+def test_bundle_errors_are_worded_as_nemo_gym_words_them(value: dict[str, Any], words: str) -> None:
+    # Code written for NeMo Gym's models matches on these words.
+    with pytest.raises(ValidationError, match=words):
+        AgentObservationBundle.model_validate(value)
+
+
 def test_a_parent_outside_the_bundle_is_a_legal_partial_tree() -> None:
     parsed = AgentObservationBundle.model_validate(
         bundle(invocation("child", parent_invocation_id="elsewhere"), invocation("root"))
@@ -316,6 +354,34 @@ def _turn(**fields: Any) -> dict[str, Any]:
 )
 def test_invalid_trajectories(record: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
+        TrajectoryRecord.model_validate(record)
+
+
+@pytest.mark.parametrize(
+    ("record", "words"),
+    [
+        (
+            {"task_id": "t", "rollout_id": "r", "invocations": [{"invocation_id": "a"}] * 2},
+            "invocation_id must be unique within a trajectory",
+        ),
+        (
+            {"task_id": "t", "rollout_id": "r", "model_calls": [{"model_call_id": "x"}] * 2},
+            "model_call_id must be unique within a trajectory",
+        ),
+        (
+            {"task_id": "t", "rollout_id": "r", "turns": [_turn(task_id="t", rollout_id="o")]},
+            "turn identity must match the trajectory",
+        ),
+        (
+            {"task_id": "t", "rollout_id": "r", "turns": [_turn(task_id="t", rollout_id="r")] * 2},
+            "turn number must be unique within an invocation",
+        ),
+    ],
+)
+def test_trajectory_errors_are_worded_as_nemo_gym_words_them(
+    record: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(ValidationError, match=words):
         TrajectoryRecord.model_validate(record)
 
 

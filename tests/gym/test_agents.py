@@ -174,8 +174,8 @@ async def test_self_call_passes_a_model_error_through(fake_stack: GymStack) -> N
 @pytest.mark.parametrize(
     ("path", "status", "message"),
     [
-        ("/ng-rollout/bad%2Fid/v1/responses", 400, "invalid rollout id"),
-        ("/ng-rollout/.hidden/v1/responses", 400, "invalid rollout id"),
+        ("/ng-rollout/bad%2Fid/v1/responses", 400, "Invalid rollout id"),
+        ("/ng-rollout/.hidden/v1/responses", 400, "Invalid rollout id"),
         ("/ng-rollout/7-2/run", 404, "only /v1/responses"),
         ("/ng-rollout/7-2/health", 404, "only /v1/responses"),
     ],
@@ -208,9 +208,9 @@ async def test_self_call_bad_body(stub_stack: GymStack) -> None:
             {**TASK, "responses_create_params": {"input": "x", "stream": True}},
             "stream must be false",
         ),
-        ({**TASK, "_ng_task_index": -1, "_ng_rollout_index": 0}, "_ng_task_index"),
-        ({**TASK, "_ng_task_index": True, "_ng_rollout_index": 0}, "_ng_task_index"),
-        ({**TASK, "_ng_rollout_id": "../etc"}, "invalid rollout id"),
+        ({**TASK, "_ng_task_index": -1, "_ng_rollout_index": 0}, "Invalid rollout id: '-1-0'"),
+        ({**TASK, **INDICES, "_ng_attempt_index": "x"}, "_ng_attempt_index"),
+        ({**TASK, "_ng_rollout_id": "../etc"}, "_ng_rollout_id must be a string"),
     ],
 )
 async def test_malformed_run_is_400(stub_stack: GymStack, body: object, message: str) -> None:

@@ -73,7 +73,7 @@ async def test_ids_from_the_url_are_validated(served: tuple[str, aiohttp.ClientS
     for bad in ("a%24b", ".hidden", "a" * 201):
         status, body = await get(session, f"{url}/api/rollout/{bad}")
         assert status == 400, bad
-        assert "invalid rollout id" in body["error"]
+        assert "Invalid rollout id" in body["error"]
     status, body = await get(session, f"{url}/api/rollout/..%2F..%2Fetc/call/0/raw")
     assert status == 404  # a slash never reaches the id
     assert (await get(session, url + "/api/rollout/7-7"))[0] == 404

@@ -361,7 +361,7 @@ async def test_bad_rollout_id_in_prefix_is_400(stack: Stack, bad: str) -> None:
     async with stack.session.post(url, json={}) as response:
         assert response.status == 400
         body = await response.json()
-    assert "invalid rollout id" in body["error"]["message"]
+    assert "Invalid rollout id" in body["error"]["message"]
     assert stack.store.rollout_ids() == []
 
 

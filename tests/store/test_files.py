@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import errno
+import json
 import multiprocessing
 import os
+import pickle
 import stat
 import threading
 from pathlib import Path
@@ -109,6 +111,58 @@ def test_blank_lines_are_neither_counted_nor_indexed(tmp_path: Path) -> None:
     assert available.bad_lines == 1
 
 
+def test_every_reader_skips_blank_lines(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    store.path_for("x").write_bytes(b'\n{"a": 1}\n  \r\n\t\n{"b": 2}\n\n')
+    assert store.read("x") == [{"a": 1}, {"b": 2}]
+    assert store.read_available("x").records == [(0, {"a": 1}), (1, {"b": 2})]
+    assert [r.call_index for r in read_model_call_records(store, "x")] == [0, 1]
+    assert [r.call_index for r in read_model_call_records(store, "x", strict=False)] == [0, 1]
+    assert aggregate_model_call_metrics(store, "x")["num_calls"] == 2
+    # A bad line is still named by its line in the file, blank lines counted.
+    store.path_for("y").write_bytes(b'\n\n{"a": 1}\nnope\n')
+    with pytest.raises(CaptureReadError, match="line 4: not valid JSON"):
+        store.read("y")
+
+
+def test_a_strict_read_error_is_also_orjson_s_decode_error(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    store.path_for("x").write_bytes(b'{"a": 1}\n{"a": 1, oops}\n')
+    # Code written for NeMo Gym catches orjson's error around a strict read.
+    with pytest.raises(orjson.JSONDecodeError) as caught:
+        read_model_call_records(store, "x")
+    error = caught.value
+    assert isinstance(error, CaptureReadError)
+    assert isinstance(error, json.JSONDecodeError)
+    assert isinstance(error, ValueError)
+    assert str(error).startswith(f"{store.path_for('x')}: line 2: not valid JSON (")
+    assert error.msg == str(error)
+    assert (error.path, error.line_number, error.lineno) == (store.path_for("x"), 2, 2)
+    assert error.doc == '{"a": 1, oops}'
+    assert error.doc[error.pos :].startswith("oops")
+    assert error.colno == error.pos + 1
+    copy = pickle.loads(pickle.dumps(error))  # errors cross process boundaries (cluster)
+    assert (type(copy), str(copy), copy.line_number, copy.pos) == (
+        CaptureReadError,
+        str(error),
+        2,
+        error.pos,
+    )
+    store.path_for("y").write_bytes(b"[1]\n")
+    with pytest.raises(orjson.JSONDecodeError, match="line 1: not a JSON object"):
+        store.read("y")
+
+
+def test_a_value_json_has_no_type_for_is_written_as_its_str(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    record = {**numbered_record(0), "request": {"file": tmp_path / "prompt.txt"}}
+    store.append("0-0", record)
+    assert store.append_many([("0-1", record)]) == [None]
+    for rollout_id in ("0-0", "0-1"):
+        (read,) = store.read(rollout_id)
+        assert read["request"] == {"file": str(tmp_path / "prompt.txt")}
+
+
 def test_clear_and_markers(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
     store.clear("0-0")  # nothing there: fine
@@ -197,7 +251,7 @@ def test_fifty_hostile_ids_are_refused_and_touch_nothing(tmp_path: Path) -> None
             lambda rid: read_model_call_records(store, rid),
             lambda rid: capture_attachment(store, rid),
         ):
-            with pytest.raises(ValueError, match="invalid rollout id"):
+            with pytest.raises(ValueError, match="Invalid rollout id"):
                 call(bad)
     assert sorted(p for p in tmp_path.rglob("*")) == before
     assert not (root / "calls").exists()

@@ -75,7 +75,7 @@ def test_resolve_model_base_url_errors() -> None:
         resolve_model_base_url("policy_model", "0-0", head=head)
     with pytest.raises(ConnectionError, match="cannot reach the head server"):
         resolve_model_base_url("policy_model", "0-0", head="http://127.0.0.1:9")
-    with pytest.raises(ValueError, match="invalid rollout id"):
+    with pytest.raises(ValueError, match="Invalid rollout id"):
         resolve_model_base_url("policy_model", "../x", head="http://127.0.0.1:9")
 
 

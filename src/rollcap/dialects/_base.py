@@ -37,12 +37,14 @@ __all__ = [
     "StreamReassembler",
     "ToolCall",
     "Usage",
+    "cached_count",
     "context_length_exceeded",
     "error_message",
     "kept_piece",
     "openai_error",
     "openai_usage",
     "parse_arguments",
+    "reasoning_count",
     "total_tokens",
 ]
 
@@ -136,20 +138,65 @@ def total_tokens(reported: object, tokens_in: int | None, tokens_out: int | None
     return total
 
 
+def _first_detail_count(
+    usage: Mapping[str, Any], details: tuple[str, ...], keys: tuple[str, ...]
+) -> int | None:
+    """The first count among ``keys`` of the objects ``details`` names, tried in order."""
+    for name in details:
+        holder = as_dict(usage.get(name))
+        for key in keys:
+            count = as_count(holder.get(key))
+            if count is not None:
+                return count
+    return None
+
+
+def cached_count(usage: Mapping[str, Any]) -> int | None:
+    """The cached input count of any dialect's usage, the first count found in NeMo Gym's order.
+
+    ``cached_tokens`` then ``cached_input_tokens`` under ``prompt_tokens_details`` (Chat), then
+    the same under ``input_tokens_details`` (Responses); then ``cache_read_input_tokens``
+    (Anthropic), then a top-level ``cached_input_tokens`` (Codex-style usage). Reading every
+    naming in every dialect is what lets a file read the same here and in NeMo Gym. A value
+    that is not a count is passed over, not taken as unknown.
+    """
+    count = _first_detail_count(
+        usage,
+        ("prompt_tokens_details", "input_tokens_details"),
+        ("cached_tokens", "cached_input_tokens"),
+    )
+    for key in ("cache_read_input_tokens", "cached_input_tokens"):
+        if count is None:
+            count = as_count(usage.get(key))
+    return count
+
+
+def reasoning_count(usage: Mapping[str, Any]) -> int | None:
+    """The reasoning output count of an OpenAI usage object, the first found in NeMo Gym's order.
+
+    ``reasoning_tokens`` under ``output_tokens_details`` (Responses) then under
+    ``completion_tokens_details`` (Chat), then a top-level ``reasoning_output_tokens``
+    (Codex-style usage).
+    """
+    count = _first_detail_count(
+        usage, ("output_tokens_details", "completion_tokens_details"), ("reasoning_tokens",)
+    )
+    return count if count is not None else as_count(usage.get("reasoning_output_tokens"))
+
+
 def openai_usage(usage: Mapping[str, Any], inputs: str, outputs: str) -> Usage:
     """An OpenAI usage object. Chat names its counts prompt/completion, Responses input/output;
     the rules are the same. Cached tokens are already inside the input count: reported on their
-    own, never added in."""
+    own, never added in. The cached and reasoning counts are read under either API's names
+    (``cached_count``, ``reasoning_count``)."""
     tokens_in = as_count(usage.get(f"{inputs}_tokens"))
     tokens_out = as_count(usage.get(f"{outputs}_tokens"))
     return Usage(
         tokens_in=tokens_in,
         tokens_out=tokens_out,
-        tokens_reasoning=as_count(
-            as_dict(usage.get(f"{outputs}_tokens_details")).get("reasoning_tokens")
-        ),
+        tokens_reasoning=reasoning_count(usage),
         tokens_total=total_tokens(usage.get("total_tokens"), tokens_in, tokens_out),
-        cached_tokens=as_count(as_dict(usage.get(f"{inputs}_tokens_details")).get("cached_tokens")),
+        cached_tokens=cached_count(usage),
         cache_creation_tokens=None,
     )
 

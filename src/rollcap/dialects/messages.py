@@ -31,6 +31,7 @@ from rollcap.dialects._base import (
     StreamOutcome,
     ToolCall,
     Usage,
+    cached_count,
     parse_arguments,
     total_tokens,
 )
@@ -84,9 +85,12 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
     return Usage(
         tokens_in=tokens_in,
         tokens_out=output_tokens,
+        # The contract's rule for this dialect, even where a proxy adds OpenAI-style counts.
         tokens_reasoning=None,
         tokens_total=tokens_total,
-        cached_tokens=cache_read,
+        # cache_read_input_tokens, unless the usage also carries another naming that NeMo Gym
+        # reads first (a proxy's); a top-level cached_input_tokens when it has neither.
+        cached_tokens=cached_count(usage),
         cache_creation_tokens=cache_creation,
     )
 

@@ -152,7 +152,7 @@ class ToolCallObservation(_Model):
             and self.completed_at is not None
             and self.completed_at < self.started_at
         ):
-            raise ValueError("completed_at must not be earlier than started_at")
+            raise ValueError("completed_at must not precede started_at")
         return self
 
 
@@ -197,22 +197,29 @@ ObservationRecord: TypeAlias = Annotated[
 ]
 
 
-def _check_unique_ids(invocations: list[AgentInvocation]) -> None:
+# The validation messages start with NeMo Gym's words for the same failure: code written for
+# its models matches on them.
+
+
+def _check_unique_ids(invocations: list[AgentInvocation], within: str) -> None:
     ids = [invocation.invocation_id for invocation in invocations]
     if len(ids) != len(set(ids)):
-        raise ValueError("invocation_id must be unique")
+        raise ValueError(f"invocation_id must be unique within {within}")
 
 
 def _check_invocations(invocations: list[AgentInvocation]) -> None:
     """Unique ids, and no invocation its own ancestor (a parent outside the list is fine)."""
-    _check_unique_ids(invocations)
+    _check_unique_ids(invocations, "an observation bundle")
     parents = {inv.invocation_id: inv.parent_invocation_id for inv in invocations}
     for start in parents:
         seen = {start}
         parent = parents[start]
         while parent is not None and parent in parents:
             if parent in seen:
-                raise ValueError(f"invocation {start!r} is its own ancestor")
+                raise ValueError(
+                    f"parent_invocation_id must not form a cycle: invocation {start!r} is its "
+                    "own ancestor"
+                )
             seen.add(parent)
             parent = parents[parent]
 
@@ -308,17 +315,23 @@ class TrajectoryRecord(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        _check_unique_ids(self.invocations)
+        _check_unique_ids(self.invocations, "a trajectory")
         ids = [call.model_call_id for call in self.model_calls if call.model_call_id]
         if len(ids) != len(set(ids)):
-            raise ValueError("model_call_id must be unique among model_calls")
+            raise ValueError("model_call_id must be unique within a trajectory")
         turn_keys = set()
         for turn in self.turns:
             if (turn.task_id, turn.rollout_id) != (self.task_id, self.rollout_id):
-                raise ValueError("a turn's task_id and rollout_id are the record's")
+                raise ValueError(
+                    "turn identity must match the trajectory: a turn's task_id and rollout_id "
+                    "are the record's"
+                )
             key = (turn.invocation_id, turn.turn_no)
             if key in turn_keys:
-                raise ValueError(f"two turns {turn.turn_no} in invocation {turn.invocation_id!r}")
+                raise ValueError(
+                    f"turn number must be unique within an invocation: two turns {turn.turn_no} "
+                    f"in invocation {turn.invocation_id!r}"
+                )
             turn_keys.add(key)
         return self
 

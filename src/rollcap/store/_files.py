@@ -59,13 +59,30 @@ _SYNC_LANES = 4
 _STALE_RETRIES = 8
 
 
-class CaptureReadError(ValueError):
-    """A capture file holds a line that is not one JSON object (strict reads only)."""
+class CaptureReadError(orjson.JSONDecodeError):
+    """A capture file holds a line that is not one JSON object (strict reads only).
 
-    def __init__(self, path: Path, line_number: int, reason: str) -> None:
-        super().__init__(f"{path}: line {line_number}: {reason}")
+    Also an ``orjson.JSONDecodeError`` (so a ``json.JSONDecodeError`` and a ``ValueError``):
+    code written for NeMo Gym, whose strict read lets orjson's error through, catches it as
+    that. Its text is ``<path>: line <n>: <reason>``; ``doc`` is the bad line, ``pos`` the
+    offset in it where parsing failed, and ``lineno`` and ``colno`` place that in the file.
+    """
+
+    def __init__(
+        self, path: Path, line_number: int, reason: str, doc: str = "", pos: int = 0
+    ) -> None:
+        message = f"{path}: line {line_number}: {reason}"
+        super().__init__(message, doc, pos)
+        # JSONDecodeError words its own text from doc and pos, which name the line, not the file.
+        self.args = (message,)
+        self.lineno = line_number
         self.path = path
         self.line_number = line_number
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # JSONDecodeError's would rebuild it from (msg, doc, pos), which are not our arguments.
+        return (type(self), (self.path, self.line_number, self.reason, self.doc, self.pos))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,18 +97,19 @@ def _encode_line(record: RawRecord | Mapping[str, Any]) -> bytes:
     obj = record.to_json() if isinstance(record, RawRecord) else record
     if not isinstance(obj, Mapping):
         raise TypeError(f"a capture record must be a JSON object, not {type(obj).__name__}")
-    # orjson never emits a raw newline inside a JSON document, so one record is one line.
-    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+    # orjson never emits a raw newline inside a JSON document, so one record is one line. A
+    # value JSON has no type for (a Path) is written as its str(), as NeMo Gym's store does.
+    return orjson.dumps(obj, default=str, option=orjson.OPT_APPEND_NEWLINE)
 
 
-def _parse_line(line: bytes) -> dict[str, Any] | str:
-    """The record on ``line``, or the reason it is not one."""
+def _parse_line(line: bytes) -> dict[str, Any] | tuple[str, int]:
+    """The record on ``line``, or the reason it is not one and where in the line it fails."""
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        return f"not valid JSON ({exc})"
+        return f"not valid JSON ({exc})", exc.pos
     if not isinstance(value, dict):
-        return f"not a JSON object (a {type(value).__name__})"
+        return f"not a JSON object (a {type(value).__name__})", 0
     return value
 
 
@@ -427,14 +445,20 @@ class CaptureStore:
     def read(self, rollout_id: str) -> list[dict[str, Any]]:
         """Every record in file order; raises ``CaptureReadError`` on the first bad line.
 
-        A rollout with no file has no records: ``[]``.
+        A rollout with no file has no records: ``[]``. A blank (whitespace-only) line is no
+        record and no error, as in ``read_available`` (and in NeMo Gym's readers); an error
+        names the line by its number in the file, blank lines counted.
         """
         path = self.path_for(rollout_id)
         records: list[dict[str, Any]] = []
         for number, line in enumerate(self._read_lines(path), start=1):
+            if not line.strip():
+                continue
             parsed = _parse_line(line)
-            if isinstance(parsed, str):
-                raise CaptureReadError(path, number, parsed)
+            if isinstance(parsed, tuple):
+                reason, pos = parsed
+                doc = line.decode("utf-8", errors="replace")
+                raise CaptureReadError(path, number, reason, doc, pos)
             records.append(parsed)
         return records
 
@@ -449,7 +473,7 @@ class CaptureStore:
         lines = (line for line in self._read_lines(self._file(rollout_id)) if line.strip())
         for index, line in enumerate(lines):
             parsed = _parse_line(line)
-            if isinstance(parsed, str):
+            if isinstance(parsed, tuple):
                 bad += 1
             else:
                 good.append((index, parsed))
@@ -524,7 +548,8 @@ def read_model_call_records(
 ) -> list[ModelCallRecord]:
     """The rollout's calls, normalized, in file order; ``call_index`` is the line's index.
 
-    ``strict=False`` skips lines that do not parse instead of raising.
+    Blank lines are skipped and take no index. ``strict=False`` skips lines that do not parse
+    instead of raising ``CaptureReadError``.
     """
     if strict:
         return [
