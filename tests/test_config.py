@@ -152,6 +152,22 @@ def test_a_bad_bound_is_a_one_line_error_naming_it(override: str, match: str) ->
         RunSettings.from_config(load_config(overrides=[override], env_file=None))
 
 
+def test_client_session_headers_default_to_x_session_id_and_take_a_list() -> None:
+    assert RunSettings.from_config({}).client_session_headers == ("x-session-id",)
+    overrides = ["client_session_headers=[Session-Id, x-claude-code-session-id, x-session-id]"]
+    settings = RunSettings.from_config(load_config(overrides=overrides, env_file=None))
+    # Lower-cased, as HTTP compares header names; the order is kept (the first present wins).
+    assert settings.client_session_headers == (
+        "session-id",
+        "x-claude-code-session-id",
+        "x-session-id",
+    )
+    assert RunSettings.from_config({"client_session_headers": "a"}).client_session_headers == ("a",)
+    for bad in ([3], [""], {"a": 1}, 5):
+        with pytest.raises(ConfigError, match="client_session_headers must be a list of header"):
+            RunSettings.from_config({"client_session_headers": bad})
+
+
 def test_policy_base_url_may_list_several_upstreams() -> None:
     def settings(value: object) -> object:
         return RunSettings.from_config({"policy_base_url": value}).policy_base_url

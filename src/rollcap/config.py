@@ -23,6 +23,7 @@ import yaml
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
 
 __all__ = [
+    "CLIENT_SESSION_HEADERS",
     "CREDENTIAL_KEYS",
     "DEFAULTS",
     "HEADER_READ_TIMEOUT_S",
@@ -39,6 +40,8 @@ __all__ = [
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 # A server closes a connection that takes longer over its request headers.
 HEADER_READ_TIMEOUT_S = 30.0
+# The request headers a record's client_session_id is read from, first present wins.
+CLIENT_SESSION_HEADERS = ("x-session-id",)
 
 DEFAULTS: dict[str, Any] = {
     "observability_enabled": False,
@@ -55,6 +58,8 @@ DEFAULTS: dict[str, Any] = {
     "max_request_bytes": MAX_REQUEST_BYTES,
     "capture_max_response_bytes": CAPTURE_MAX_RESPONSE_BYTES,
     "header_read_timeout_s": HEADER_READ_TIMEOUT_S,
+    # Request headers read as the call's client_session_id, in order: the first present wins.
+    "client_session_headers": list(CLIENT_SESSION_HEADERS),
 }
 # Keys whose values are secrets wherever they appear in the tree.
 CREDENTIAL_KEYS = frozenset({"policy_api_key", "api_key", "apikey", "token", "password", "secret"})
@@ -182,6 +187,7 @@ class RunSettings:
     max_request_bytes: int = MAX_REQUEST_BYTES
     capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES
     header_read_timeout_s: float = HEADER_READ_TIMEOUT_S
+    client_session_headers: tuple[str, ...] = CLIENT_SESSION_HEADERS
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -222,6 +228,9 @@ class RunSettings:
                 config, "capture_max_response_bytes", CAPTURE_MAX_RESPONSE_BYTES
             ),
             header_read_timeout_s=float(timeout),
+            client_session_headers=_header_names(
+                config.get("client_session_headers", list(CLIENT_SESSION_HEADERS))
+            ),
             external_staging=external_staging,
             token_ledger_dir=ledger_dir,
             pass_client_credentials=passthrough,
@@ -236,6 +245,17 @@ class RunSettings:
     def capture_dir(self) -> Path | None:
         """Where to capture, or None when capture is off."""
         return self.model_call_capture_dir if self.observability_enabled else None
+
+
+def _header_names(raw: object) -> tuple[str, ...]:
+    """``client_session_headers``: header names, lower-cased as HTTP compares them."""
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list | tuple) or not all(
+        isinstance(name, str) and name.strip() for name in raw
+    ):
+        raise ConfigError(f"client_session_headers must be a list of header names, got {raw!r}")
+    return tuple(name.strip().lower() for name in raw)
 
 
 def _byte_count(config: Mapping[str, Any], key: str, default: int) -> int:

@@ -375,6 +375,64 @@ async def test_session_id_is_recorded(stack: Stack) -> None:
     assert stack.store.read("sess")[0]["client_session_id"] == "agent-session-42"
 
 
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        # Codex CLI names its session ``session-id``, Claude Code ``x-claude-code-session-id``.
+        ({"session-id": "codex-1"}, "codex-1"),
+        ({"x-claude-code-session-id": "claude-1"}, "claude-1"),
+        # Both sent: the list's order decides, not the request's.
+        ({"x-session-id": "plain", "session-id": "codex-2"}, "codex-2"),
+        ({"X-Claude-Code-Session-Id": "claude-2", "x-session-id": "plain"}, "claude-2"),
+        ({"x-session-id": "plain"}, "plain"),
+        ({"x-other": "no"}, None),
+    ],
+)
+async def test_session_id_comes_from_the_first_configured_header_present(
+    upstream: FakeUpstream, tmp_path: Path, headers: dict[str, str], expected: str | None
+) -> None:
+    capture_dir = tmp_path / "calls"
+    settings = settings_for(
+        upstream.url,
+        capture_dir,
+        client_session_headers=("session-id", "x-claude-code-session-id", "x-session-id"),
+    )
+    async with (
+        model_server(settings) as url,
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{url}/ng-rollout/s/v1/chat/completions",
+            json=request_body("chat", stream=False),
+            headers={**client_headers("chat"), **headers},
+        ) as response,
+    ):
+        await response.read()
+    assert CaptureStore(capture_dir).read("s")[0].get("client_session_id") == expected
+
+
+async def test_only_x_session_id_is_read_by_default(stack: Stack) -> None:
+    async with stack.session.post(
+        stack.url("chat", "d"),
+        json=request_body("chat", stream=False),
+        headers={**client_headers("chat"), "session-id": "codex-1"},
+    ) as response:
+        await response.read()
+    assert "client_session_id" not in stack.store.read("d")[0]
+
+
+async def test_the_clients_query_string_goes_upstream(stack: Stack) -> None:
+    # The Anthropic SDK's beta client posts to /v1/messages?beta=true.
+    async with stack.session.post(
+        URL(stack.url("messages", "q") + "?beta=true", encoded=True),
+        json=request_body("messages", stream=False),
+        headers=client_headers("messages"),
+    ) as response:
+        assert response.status == 200
+    received = stack.upstream.requests[-1]
+    assert (received.path, received.query) == ("/v1/messages", "beta=true")
+    assert len(stack.store.read("q")) == 1
+
+
 async def test_configured_credentials_go_upstream_never_the_clients(stack: Stack) -> None:
     await _call(stack.session, stack.url("chat", "k"), "chat", stream=False)
     await _call(stack.session, stack.url("messages", "k"), "messages", stream=False)

@@ -32,6 +32,21 @@ def test_openai_urls_with_and_without_v1() -> None:
         assert backend.url_for("/v1/chat/completions") == "http://up:1/v1/chat/completions"
 
 
+def test_the_clients_query_follows_the_configured_one() -> None:
+    plain = backend_for("anthropic_model", base_url="http://up", api_key="k")
+    assert plain.url_for("/v1/messages", None, "beta=true") == "http://up/v1/messages?beta=true"
+    assert plain.url_for("/v1/messages") == "http://up/v1/messages"
+    azure = backend_for(
+        "azure_openai_model",
+        base_url="https://x.openai.azure.com/openai/v1",
+        api_key="k",
+        extra={"api_version": "preview"},
+    )
+    assert azure.url_for("/v1/responses", None, "a=1") == (
+        "https://x.openai.azure.com/openai/v1/responses?api-version=preview&a=1"
+    )
+
+
 def test_configured_credentials_replace_the_clients() -> None:
     backend = backend_for("openai_model", base_url="http://up", api_key="sk-config")
     headers = dict(backend.headers(CLIENT))

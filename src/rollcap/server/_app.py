@@ -28,7 +28,7 @@ from rollcap._proxy.forward import (
     relay,
 )
 from rollcap._proxy.relay import StreamResponse
-from rollcap.config import MAX_REQUEST_BYTES, RunSettings
+from rollcap.config import CLIENT_SESSION_HEADERS, MAX_REQUEST_BYTES, RunSettings
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import (
@@ -82,6 +82,8 @@ class ModelServerSettings:
     ledger_dir: Path | None = None
     max_request_bytes: int = MAX_REQUEST_BYTES
     capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES
+    # Read as the record's client_session_id, in this order (lower-case names).
+    client_session_headers: tuple[str, ...] = CLIENT_SESSION_HEADERS
 
     def __post_init__(self) -> None:
         for key in ("max_request_bytes", "capture_max_response_bytes"):
@@ -128,6 +130,7 @@ class ModelServerSettings:
             ledger_dir=run.token_ledger_dir,
             max_request_bytes=run.max_request_bytes,
             capture_max_response_bytes=run.capture_max_response_bytes,
+            client_session_headers=run.client_session_headers,
         )
 
 
@@ -165,7 +168,12 @@ class _Forwarder:
         if self.backend.translate_to_chat and dialect in TO_CHAT:
             assert dialect is not None
             return await self._translated(request, dialect, recorder)
-        opened = await self._open(request, path, await request_body(request), dialect, recorder)
+        # Passed through as the client addressed it, query included; a translated call goes to
+        # another route, where the client's query means nothing.
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        opened = await self._open(
+            request, path, await request_body(request), dialect, recorder, query
+        )
         if isinstance(opened, Response):
             return opened
         return await pass_through(opened, recorder)
@@ -177,11 +185,12 @@ class _Forwarder:
         body: bytes | bytearray,
         dialect: str | None,
         recorder: CallRecorder | None,
+        client_query: str = "",
     ) -> aiohttp.ClientResponse | Response:
         """The upstream's response, or the server's own error answer when there is none."""
         assert self.session is not None, "the server's lifespan did not start"
         headers = self.backend.headers(request.headers.items())
-        url = self.backend.url_for(path, request.scope.get(SCOPE_ROLLOUT_ID_KEY))
+        url = self.backend.url_for(path, request.scope.get(SCOPE_ROLLOUT_ID_KEY), client_query)
         if recorder is not None:
             recorder.upstream_attempt()
         try:
@@ -320,6 +329,7 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
                 state=state,
                 max_request_bytes=settings.max_request_bytes,
                 capture_max_response_bytes=settings.capture_max_response_bytes,
+                session_headers=settings.client_session_headers,
             )
         ],
     )

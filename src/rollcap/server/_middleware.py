@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -28,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from rollcap._proxy.asgi import send_json
 from rollcap._proxy.relay import break_off_on, quiet_deliberate_breaks, upstream_broke
 from rollcap._runtime.memory import MemoryReleaser
-from rollcap.config import MAX_REQUEST_BYTES
+from rollcap.config import CLIENT_SESSION_HEADERS, MAX_REQUEST_BYTES
 from rollcap.dialects import openai_error
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES, GAP_CAPTURE_OVER_LIMIT
 from rollcap.routing import strip_prefix
@@ -109,8 +110,10 @@ class CaptureMiddleware:
         *,
         max_request_bytes: int = MAX_REQUEST_BYTES,
         capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES,
+        session_headers: Sequence[str] = CLIENT_SESSION_HEADERS,
     ) -> None:
         self.app = app
+        self._session_headers = tuple(name.lower().encode("latin-1") for name in session_headers)
         self.state = state
         self.max_request_bytes = max_request_bytes
         self.capture_max_response_bytes = capture_max_response_bytes
@@ -124,6 +127,18 @@ class CaptureMiddleware:
             await self.app(scope, receive, send)
             return
         await break_off_on(self._route, scope, receive, send, log)
+
+    def _session_id(self, scope: Scope) -> str | None:
+        """The first configured session header the request carries (the last value of a
+        repeated one, as before)."""
+        found: dict[bytes, bytes] = {}
+        for name, value in scope.get("headers", ()):
+            if name in self._session_headers:
+                found[name] = value
+        for name in self._session_headers:
+            if name in found:
+                return found[name].decode("latin-1")
+        return None
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -148,10 +163,7 @@ class CaptureMiddleware:
                 scope, receive = {**scope, BODY_KEY: body}, _replay(body, receive)
             await self.app(scope, receive, send)
             return
-        session_id = None
-        for name, value in scope.get("headers", ()):
-            if name == b"x-session-id":
-                session_id = value.decode("latin-1")
+        session_id = self._session_id(scope)
         recorder = CallRecorder(
             model_call_id=new_model_call_id(),
             dialect=dialect,

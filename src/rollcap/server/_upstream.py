@@ -34,11 +34,14 @@ class Backend:
     # Every upstream when there are several (``base_url`` is the first).
     base_urls: tuple[str, ...] = ()
 
-    def url_for(self, path: str, rollout_id: str | None = None) -> str:
+    def url_for(self, path: str, rollout_id: str | None = None, client_query: str = "") -> str:
+        """The upstream URL of ``path``: the configured query first (Azure's api-version), then
+        the client's own (the Anthropic SDK's ``beta=true``), as it sent it."""
         base = self.base_url
         if rollout_id is not None and len(self.base_urls) > 1:
             base = choose_replica(rollout_id, self.base_urls)
-        return upstream_url(base, path, self.query)
+        query = "&".join(part for part in (self.query, client_query) if part)
+        return upstream_url(base, path, query)
 
     def headers(
         self, client_headers: Iterable[tuple[str, str]], *, content_type: str | None = None

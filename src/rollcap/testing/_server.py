@@ -47,13 +47,14 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 @dataclass(frozen=True, slots=True)
 class ReceivedRequest:
     """One request as the fake received it. ``json`` is the parsed body, ``None`` when the body
-    is empty or not JSON; ``headers`` has lower-case names."""
+    is empty or not JSON; ``headers`` has lower-case names; ``query`` the raw query string."""
 
     method: str
     path: str
     headers: Mapping[str, str]
     body: bytes
     json: Any
+    query: str = ""
 
 
 class _Stopping(Exception):
@@ -218,6 +219,7 @@ class FakeUpstream:
                 headers={name.lower(): value for name, value in request.headers.items()},
                 body=raw,
                 json=parsed,
+                query=request.query_string,
             )
         )
         return raw
