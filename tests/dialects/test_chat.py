@@ -341,7 +341,12 @@ def test_tool_call_id_only_in_the_first_fragment() -> None:
     )
     message = got.response["choices"][0]["message"]
     assert message["tool_calls"] == [
-        {"id": "call_k1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
+        {
+            "index": 0,
+            "id": "call_k1",
+            "type": "function",
+            "function": {"name": "add", "arguments": '{"a": 1}'},
+        }
     ]
     assert chat.normalize(got.response).tool_calls == (ToolCall("call_k1", "add", {"a": 1}),)
 
@@ -422,13 +427,58 @@ def test_usage_is_the_last_usage_object_and_omitted_when_none_came() -> None:
 
 def test_top_level_fields_take_their_first_non_null_value() -> None:
     got = run(
-        chunk(choice({"content": "a"}), system_fingerprint=None),
+        chunk(choice({"content": "a"}), system_fingerprint=None, service_tier=None),
         chunk(choice({"content": "b"}), system_fingerprint="fp_1", model="other"),
-        chunk(choice({}), system_fingerprint="fp_2"),
+        chunk(choice({}), system_fingerprint="fp_2", service_tier="flex", x_late="kept"),
+        chunk(choice({}), system_fingerprint=None),
         DONE,
     )
-    assert (got.response["system_fingerprint"], got.response["model"]) == ("fp_1", MODEL)
-    assert "service_tier" not in got.response
+    # As the SDK: the first chunk's keys, the last fingerprint sent (not lost to a later null).
+    assert (got.response["system_fingerprint"], got.response["model"]) == ("fp_2", MODEL)
+    # A key the first chunk held null, or did not send, takes the first value that comes.
+    assert (got.response["service_tier"], got.response["x_late"]) == ("flex", "kept")
+
+
+def test_unknown_keys_of_deltas_fragments_and_choices_are_merged_as_the_sdk_merges_them() -> None:
+    got = run(
+        chunk(
+            {"index": 0, "delta": {"role": "assistant", "x_text": "a", "x_n": 1}, "x_choice": [1]}
+        ),
+        chunk(choice({"x_text": "b", "x_n": 2, "x_obj": {"k": "v"}, "audio": {"data": "QU"}})),
+        chunk(
+            {
+                "index": 0,
+                "delta": {
+                    "audio": {"data": "JD", "transcript": "hi"},
+                    "tool_calls": [
+                        {"index": 0, "id": "c1", "x_frag": "f", "function": {"name": "t", "x_f": 1}}
+                    ],
+                },
+                "x_choice": [2],
+            }
+        ),
+        chunk(choice({"tool_calls": [{"index": 0, "function": {"arguments": "{}", "x_f": 2}}]})),
+        DONE,
+    )
+    choice_ = got.response["choices"][0]
+    message = choice_["message"]
+    assert (message["x_text"], message["x_n"], message["x_obj"]) == ("ab", 3, {"k": "v"})
+    assert message["audio"] == {"data": "QUJD", "transcript": "hi"}
+    assert message["tool_calls"] == [
+        {
+            "index": 0,
+            "id": "c1",
+            "type": "function",
+            "x_frag": "f",
+            "function": {"name": "t", "arguments": "{}", "x_f": 3},
+        }
+    ]
+    assert choice_["x_choice"] == [1, 2]
+
+
+def test_the_padding_key_is_left_out_as_the_sdk_leaves_it() -> None:
+    got = run(chunk(choice({"content": "a"}), obfuscation="Qz9"), DONE)
+    assert "obfuscation" not in got.response
 
 
 def test_events_after_the_terminal_event_are_ignored() -> None:

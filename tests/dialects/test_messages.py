@@ -337,7 +337,7 @@ def test_repeated_starts_keep_the_first() -> None:
     assert got.response["content"] == [{"type": "text", "text": "one two"}]
 
 
-def test_unknown_deltas_and_events_are_ignored() -> None:
+def test_unknown_deltas_and_events_never_change_what_the_block_started_with() -> None:
     got = _reassemble(
         _start(),
         _block_start(0, {"type": "text", "text": "a"}),
@@ -349,6 +349,60 @@ def test_unknown_deltas_and_events_are_ignored() -> None:
         STOP,
     )
     assert got.response["content"] == [{"type": "text", "text": "a"}]
+
+
+def test_keys_the_sdk_drops_are_kept_on_the_message_or_block_they_are_about() -> None:
+    got = _reassemble(
+        _start(),
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        _delta(0, {"type": "text_delta", "text": "a", "x_meta": 1}),
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "b"},
+            "x_event": "e",
+        },
+        _block_start(1, {"type": "future_block"}),
+        _delta(1, {"type": "future_delta", "body": "ab", "n": 1}),
+        _delta(1, {"type": "future_delta", "body": "cd", "n": 2}),
+        {"type": "content_block_stop", "index": 1, "x_stop": True},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None, "x_delta": "d"},
+            "usage": {"output_tokens": 3, "x_usage": 7},
+            "context_management": {"applied_edits": []},
+            "x_top": None,
+        },
+        {"type": "message_stop", "x_end": "z"},
+    )
+    assert got.response["content"] == [
+        {"type": "text", "text": "ab", "x_meta": 1, "x_event": "e"},
+        {"type": "future_block", "body": "abcd", "n": 2, "x_stop": True},
+    ]
+    assert got.response["context_management"] == {"applied_edits": []}
+    assert (got.response["x_delta"], got.response["x_end"]) == ("d", "z")
+    assert "x_top" not in got.response  # null: not reported
+    assert got.response["usage"]["x_usage"] == 7
+
+
+def test_signature_is_set_and_compaction_replaces_its_content_as_the_sdk_does() -> None:
+    got = _reassemble(
+        _start(),
+        _block_start(0, {"type": "thinking", "thinking": "", "signature": "old"}),
+        _delta(0, {"type": "signature_delta", "signature": "new"}),
+        _block_start(1, {"type": "compaction", "content": None}),
+        _delta(1, {"type": "compaction_delta", "content": "s1", "encrypted_content": "e1"}),
+        _delta(1, {"type": "compaction_delta", "content": "s2", "encrypted_content": "e2"}),
+        _block_start(2, {"type": "fallback", "to": {"model": "claude-other"}}),
+        STOP,
+    )
+    assert got.response["content"][0]["signature"] == "new"
+    assert got.response["content"][1] == {
+        "type": "compaction",
+        "content": "s2",
+        "encrypted_content": "e2",
+    }
+    assert got.response["model"] == "claude-other"
 
 
 def test_message_delta_usage_overwrites_except_nulls() -> None:

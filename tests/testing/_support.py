@@ -22,6 +22,7 @@ __all__ = [
     "reply",
     "request",
     "streamed",
+    "with_stream_index",
 ]
 
 
@@ -94,3 +95,19 @@ def json_of(r: Reply) -> Any:
 
 def header(r: Reply, name: str) -> str | None:
     return dict(r.headers).get(name)
+
+
+def with_stream_index(response: Any) -> Any:
+    """A non-streamed chat answer as its reassembled stream gives it: each tool call carries
+    the ``index`` its fragments did (the SDK's accumulation keeps it; a whole answer has none)."""
+    if not isinstance(response, dict) or not isinstance(response.get("choices"), list):
+        return response
+    choices = []
+    for choice in response["choices"]:
+        message = dict(choice.get("message") or {})
+        if isinstance(message.get("tool_calls"), list):
+            message["tool_calls"] = [
+                {"index": position, **call} for position, call in enumerate(message["tool_calls"])
+            ]
+        choices.append({**choice, "message": message})
+    return {**response, "choices": choices}

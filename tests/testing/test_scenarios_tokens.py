@@ -19,6 +19,7 @@ from rollcap.testing import (
     render_prompt,
 )
 from rollcap.testing._scenarios import Reply, ReplyKind, answer
+from tests.testing._support import with_stream_index
 
 PROMPT = "What is the capital of France? Answer in one short sentence, please."
 TOOLS = [
@@ -183,11 +184,10 @@ def test_stream_chunks_carry_the_same_ids(scenario: str, events: str | None) -> 
         assert "".join(pieces) in decode(choice["token_ids"])
     assert stream[-1]["usage"] == whole["usage"]
 
-    # Apart from the token fields, the stream reassembles to the non-streamed answer.
+    # The stream reassembles to the non-streamed answer, token fields included.
     rebuilt = reassemble("chat", r.events).response
     assert rebuilt is not None
-    expected = {k: v for k, v in whole.items() if k != "prompt_token_ids"}
-    expected["choices"] = [{k: v for k, v in whole["choices"][0].items() if k != "token_ids"}]
+    expected = with_stream_index(whole)
     expected["choices"][0]["logprobs"] = {**expected["choices"][0]["logprobs"], "refusal": None}
     if events == "0" and scenario == "tool":
         # With no argument deltas the stream carries no arguments (as without token ids).

@@ -13,7 +13,7 @@ import pytest
 
 from rollcap.dialects import StreamOutcome, get_dialect, reassemble
 from rollcap.testing import SCENARIOS, FakeUpstream
-from tests.testing._support import DIALECTS, TERMINAL_OUTCOME, request
+from tests.testing._support import DIALECTS, TERMINAL_OUTCOME, request, with_stream_index
 
 PATHS = {"responses": "/v1/responses", "chat": "/v1/chat/completions", "messages": "/v1/messages"}
 # Bounds every wait in this file: a broken fake fails a test instead of hanging it.
@@ -71,7 +71,7 @@ async def test_stream_reassembles_to_the_non_streamed_answer(
 
     result = reassemble(dialect, chunks)
     assert result.outcome is TERMINAL_OUTCOME.get((dialect, scenario), StreamOutcome.COMPLETED)
-    assert result.response == whole.json()
+    assert result.response == with_stream_index(whole.json())
     usage = get_dialect(dialect).normalize(whole.json()).usage
     assert usage.tokens_in == 17
     assert usage.cached_tokens == 8

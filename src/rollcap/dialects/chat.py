@@ -5,17 +5,35 @@ With ``stream_options.include_usage`` a last chunk before ``[DONE]`` has empty `
 call's ``usage``. OpenAI-compatible servers (vLLM among them) report a failure mid-stream as
 ``data: {"error": {...}}``, often followed by ``[DONE]``.
 
-Rebuild choices, stated once here:
+The rebuilt object is what the official ``openai`` SDK's stream accumulation
+(``chat.completions.stream(...).get_final_completion()``) builds from the same chunks, key for key,
+except where the SDK loses something the stream sent; there this keeps it (each such place is
+marked *kept*). Stated once here:
 
-- ``usage`` is the last usage object a chunk carried (vLLM's continuous usage stats send a running
-  one on every chunk; the last is the call's). When no chunk carried one the key is omitted, since
-  the stream did not say; ``normalize`` reads that as unknown, as it reads a null.
-- Top-level ``id``, ``created`` and ``model`` are always present (``null`` when never sent),
-  ``object`` is ``chat.completion``; ``system_fingerprint`` and ``service_tier`` are there only when
-  some chunk carried the key. Each takes its first non-null value.
-- Each choice's ``message`` has ``role``, ``content`` and ``refusal`` always (``null`` when no delta
-  carried a string), ``reasoning_content`` / ``reasoning``, ``tool_calls``, ``function_call`` and
-  ``annotations`` only when the stream sent them. Other delta fields (audio) are not rebuilt.
+- Top level: every key of the first chunk (``id``, ``created``, ``model``, ``service_tier``, unknown
+  ones), ``object`` set to ``chat.completion``, the padding key ``obfuscation`` left out, as the
+  SDK does. A key first sent by a later chunk is added (*kept*: the SDK reads only the first).
+  ``system_fingerprint`` is the last non-null one sent, ``usage`` the last usage object a chunk
+  carried (vLLM's continuous usage stats send a running one on every chunk; the last is the
+  call's); the SDK takes both from the last chunk, null when it has none (*kept*: an earlier value
+  is not lost). When no chunk carried usage the key is omitted, which ``normalize`` reads as
+  unknown, as it reads a null.
+- Each choice: the last ``finish_reason`` sent, ``logprobs`` ``content`` / ``refusal`` entries
+  joined in order, and its other keys (vLLM's ``token_ids`` and ``stop_reason``, unknown ones)
+  merged across chunks as delta keys are (below). The SDK keeps those of the chunk that first
+  names the choice (*kept*: a later chunk's, such as the rest of ``token_ids``, are not lost).
+- Each choice's ``message``: ``role``, ``content`` and ``refusal`` always (``null`` when no delta
+  carried a string), then every other delta key merged as the SDK merges them: strings joined,
+  numbers added, objects merged key by key, lists of ``index``-ed objects merged by index, other
+  lists extended, ``index`` and ``type`` replaced. So ``reasoning_content`` / ``reasoning``,
+  ``audio``, ``annotations``, ``function_call`` and unknown keys come out as the SDK builds them.
+  Two differences, both where the SDK would garble what servers send: a repeated ``role``, tool
+  call ``id`` or function ``name`` keeps its first value (the SDK would join the copies), and a
+  custom tool call stays in ``tool_calls`` (*kept*: the SDK's final completion drops it).
+- ``tool_calls``: one entry per call, with the ``index`` the fragments carried (as the SDK keeps
+  it), ``id``, ``type`` (``function`` when never sent), ``function`` ``name`` and joined
+  ``arguments``, and any other fragment key merged as above. A fragment without ``index`` joins a
+  call by id, or the last call (``tool_call_index``); such calls carry no ``index``.
 - After the first terminal event (``[DONE]`` or an error chunk) later events are ignored: vLLM sends
   ``[DONE]`` after its error chunk, and the error is what ended the call.
 """
@@ -210,19 +228,93 @@ def tool_call_index(fragment: Mapping[str, Any], ids: Mapping[int, str | None]) 
     return max(ids)
 
 
+def merge_delta(into: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    """Merge one streamed delta object into what the earlier ones built, in place, by the rules
+    the official SDK applies to a chat stream's deltas: a key first seen (or still null) takes the
+    delta's value; ``index`` and ``type`` are replaced; strings are joined, numbers added, objects
+    merged key by key; a list of ``index``-ed objects merges each entry into the one at its index
+    (inserting a new one); any other list is extended. A value of another type than the one held
+    leaves the held one."""
+    for key, value in delta.items():
+        held = into.get(key)
+        if held is None:
+            if _indexed(value):
+                held = into[key] = []
+            else:
+                into[key] = _fresh(value)
+                continue
+        if key in ("index", "type"):
+            into[key] = value
+        elif isinstance(held, str):
+            if isinstance(value, str):
+                into[key] = held + value
+        elif isinstance(held, int | float) and not isinstance(held, bool):
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                into[key] = held + value
+        elif isinstance(held, dict):
+            if isinstance(value, Mapping):
+                merge_delta(held, value)
+        elif isinstance(held, list) and isinstance(value, list):
+            _merge_list(held, value)
+
+
+def _indexed(value: object) -> bool:
+    return isinstance(value, list) and any(
+        isinstance(entry, Mapping) and "index" in entry for entry in value
+    )
+
+
+def _fresh(value: Any) -> Any:
+    # A held object is merged into in place later: it must not be the chunk's own.
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
+def _merge_list(held: list[Any], value: list[Any]) -> None:
+    if not _indexed(value) or (held and not any(isinstance(x, Mapping) for x in held)):
+        held.extend(value)
+        return
+    for entry in value:
+        index = as_count(entry.get("index")) if isinstance(entry, Mapping) else None
+        if index is None or not isinstance(entry, Mapping):
+            held.append(_fresh(entry))  # not indexed: nothing says where else it belongs
+        elif index < len(held) and isinstance(held[index], dict):
+            merge_delta(held[index], entry)
+        else:
+            held.insert(index, dict(entry))
+
+
+# Delta keys read by name; every other key is merged as the SDK merges it (``merge_delta``).
+_NAMED_DELTA_KEYS = frozenset({"role", "content", "refusal", "tool_calls"})
+_NAMED_FRAGMENT_KEYS = frozenset({"id", "type", "function"})
+_NAMED_FUNCTION_KEYS = frozenset({"name", "arguments"})
+_NAMED_CHOICE_KEYS = frozenset({"index", "delta", "finish_reason", "logprobs"})
+
+
 @dataclass(slots=True)
 class _ToolCallParts:
     id: str | None = None
     type: str | None = None
     name: str | None = None
     arguments: list[str] = field(default_factory=list)
+    index: object = None  # as the fragments sent it; None when they never did
+    extra: dict[str, Any] = field(default_factory=dict)
+    function_extra: dict[str, Any] = field(default_factory=dict)
 
     def build(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": self.type or "function",
-            "function": {"name": self.name, "arguments": "".join(self.arguments)},
-        }
+        call: dict[str, Any] = dict(self.extra)
+        if self.index is not None:
+            call["index"] = self.index
+        call["id"] = self.id
+        call["type"] = self.type or "function"
+        function = dict(self.function_extra)
+        function["name"] = self.name
+        function["arguments"] = "".join(self.arguments)
+        call["function"] = function
+        return call
 
 
 @dataclass(slots=True)
@@ -230,11 +322,11 @@ class _ChoiceParts:
     role: str | None = None
     content: list[str] | None = None
     refusal: list[str] | None = None
-    reasoning: dict[str, list[str]] = field(default_factory=dict)
     tool_calls: dict[int, _ToolCallParts] = field(default_factory=dict)
-    function_name: str | None = None
-    function_arguments: list[str] | None = None
-    annotations: list[Any] | None = None
+    # Every other delta key (reasoning, audio, annotations, function_call, unknown ones).
+    extra: dict[str, Any] = field(default_factory=dict)
+    # Choice keys besides the named ones (vLLM's token_ids, unknown ones), merged as deltas are.
+    choice_extra: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
     logprobs_seen: bool = False
     logprobs_content: list[Any] | None = None
@@ -248,6 +340,8 @@ class _ChoiceParts:
             type(delta) is dict
             and _PLAIN_DELTA_KEYS.issuperset(delta)
             and choice.get("logprobs") is None
+            and len(choice) <= len(_NAMED_CHOICE_KEYS)
+            and _NAMED_CHOICE_KEYS.issuperset(choice)
         ):
             # Nearly every chunk of a text answer: same effect as the general path below, for
             # a fraction of its lookups. Record building runs on the event loop, once per
@@ -265,6 +359,10 @@ class _ChoiceParts:
                 self.content.append(text)
                 return len(text)
             return 0
+        if not _NAMED_CHOICE_KEYS.issuperset(choice):
+            merge_delta(
+                self.choice_extra, {k: v for k, v in choice.items() if k not in _NAMED_CHOICE_KEYS}
+            )
         delta = as_dict(delta)
         role = as_str(delta.get("role"))
         if role and self.role is None:
@@ -279,28 +377,12 @@ class _ChoiceParts:
             if self.refusal is None:
                 self.refusal = []
             self.refusal.append(text)
-        for key in _REASONING_KEYS:
-            text = as_str(delta.get(key))
-            if text is not None:
-                self.reasoning.setdefault(key, []).append(text)
         tool_calls = delta.get("tool_calls")
         if isinstance(tool_calls, list):
             for fragment in tool_calls:
                 self._feed_tool_call(as_dict(fragment))
-        legacy = delta.get("function_call")
-        if isinstance(legacy, Mapping):
-            name = as_str(legacy.get("name"))
-            if name and self.function_name is None:
-                self.function_name = name
-            self.function_arguments = self.function_arguments or []
-            arguments = as_str(legacy.get("arguments"))
-            if arguments:
-                self.function_arguments.append(arguments)
-        annotations = delta.get("annotations")
-        if isinstance(annotations, list):
-            if self.annotations is None:
-                self.annotations = []
-            self.annotations.extend(annotations)
+        if not _NAMED_DELTA_KEYS.issuperset(delta):
+            merge_delta(self.extra, {k: v for k, v in delta.items() if k not in _NAMED_DELTA_KEYS})
         finish = as_str(choice.get("finish_reason"))
         if finish is not None:
             self.finish_reason = finish
@@ -328,31 +410,40 @@ class _ChoiceParts:
         kind = as_str(fragment.get("type"))
         if kind and parts.type is None:
             parts.type = kind
+        if "index" in fragment:
+            parts.index = fragment["index"]
+        if len(fragment) > len(_NAMED_FRAGMENT_KEYS) or not _NAMED_FRAGMENT_KEYS.issuperset(
+            fragment
+        ):
+            merge_delta(
+                parts.extra,
+                {
+                    k: v
+                    for k, v in fragment.items()
+                    if k not in _NAMED_FRAGMENT_KEYS and k != "index"
+                },
+            )
+        function = fragment.get("function")
+        if isinstance(function, Mapping) and not _NAMED_FUNCTION_KEYS.issuperset(function):
+            merge_delta(
+                parts.function_extra,
+                {k: v for k, v in function.items() if k not in _NAMED_FUNCTION_KEYS},
+            )
 
     def build(self, index: int) -> dict[str, Any]:
-        message: dict[str, Any] = {
-            "role": self.role or "assistant",
-            "content": None if self.content is None else "".join(self.content),
-            "refusal": None if self.refusal is None else "".join(self.refusal),
-        }
-        for key in _REASONING_KEYS:
-            if key in self.reasoning:
-                message[key] = "".join(self.reasoning[key])
+        message: dict[str, Any] = dict(self.extra)
+        message["role"] = self.role or "assistant"
+        message["content"] = None if self.content is None else "".join(self.content)
+        message["refusal"] = None if self.refusal is None else "".join(self.refusal)
         if self.tool_calls:
             message["tool_calls"] = [self.tool_calls[i].build() for i in sorted(self.tool_calls)]
-        if self.function_arguments is not None:
-            message["function_call"] = {
-                "name": self.function_name,
-                "arguments": "".join(self.function_arguments),
-            }
-        if self.annotations is not None:
-            message["annotations"] = self.annotations
         logprobs = (
             {"content": self.logprobs_content, "refusal": self.logprobs_refusal}
             if self.logprobs_seen
             else None
         )
         return {
+            **self.choice_extra,
             "index": index,
             "message": message,
             "logprobs": logprobs,
@@ -360,8 +451,8 @@ class _ChoiceParts:
         }
 
 
-_FIRST_VALUE_KEYS = ("id", "created", "model")
-_OPTIONAL_KEYS = ("system_fingerprint", "service_tier")
+# The top-level keys that are not the first chunk's: each has a rule of its own.
+_OWN_RULE_KEYS = frozenset({"choices", "usage", "object", "system_fingerprint", "obfuscation"})
 
 
 class StreamReassembler:
@@ -375,8 +466,12 @@ class StreamReassembler:
         self.size = 0
         self._seen_chunk = False
         self._top: dict[str, Any] = {}
-        # Top-level keys whose first non-null value has not come yet.
-        self._unset = list(_FIRST_VALUE_KEYS + _OPTIONAL_KEYS)
+        # The keys of the last chunk whose top level was read: a chunk of the same shape (nearly
+        # every one) adds nothing, unless a key is still waiting for its first non-null value.
+        self._top_shape: tuple[str, ...] = ()
+        self._top_waits = False
+        self._fingerprint: object = None
+        self._fingerprint_sent = False
         self._choices: dict[int, _ChoiceParts] = {}
         self._usage: dict[str, Any] | None = None
         self._done = False
@@ -402,13 +497,20 @@ class StreamReassembler:
         if chunk is None or _CHUNK_KEYS.isdisjoint(chunk):
             return
         self._seen_chunk = True
-        if self._unset:
-            for key in [k for k in self._unset if chunk.get(k) is not None]:
-                self._top[key] = chunk[key]
-                self._unset.remove(key)
-            for key in self._unset:  # a null keeps the place until a value comes
-                if key in chunk and key not in self._top:
-                    self._top[key] = None
+        shape = tuple(chunk)
+        if shape != self._top_shape or self._top_waits:
+            self._top_shape = shape
+            top = self._top
+            for key, value in chunk.items():
+                # A null keeps the place until a value comes.
+                if key not in _OWN_RULE_KEYS and top.get(key) is None:
+                    top[key] = value
+            self._top_waits = any(value is None for value in top.values())
+            if "system_fingerprint" in chunk:
+                self._fingerprint_sent = True
+        fingerprint = chunk.get("system_fingerprint")
+        if fingerprint is not None:
+            self._fingerprint = fingerprint
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = usage
@@ -437,15 +539,15 @@ class StreamReassembler:
         if not self._seen_chunk:
             return None
         response: dict[str, Any] = {
-            "id": self._top.get("id"),
+            "id": None,
+            "created": None,
+            "model": None,
+            **self._top,
             "object": "chat.completion",
-            "created": self._top.get("created"),
-            "model": self._top.get("model"),
             "choices": [self._choices[i].build(i) for i in sorted(self._choices)],
         }
-        for key in _OPTIONAL_KEYS:
-            if key in self._top:
-                response[key] = self._top[key]
+        if self._fingerprint_sent:
+            response["system_fingerprint"] = self._fingerprint
         if self._usage is not None:
             response["usage"] = self._usage
         return response

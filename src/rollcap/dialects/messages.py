@@ -1,18 +1,36 @@
 """Anthropic Messages: normalize a message, reassemble a ``/v1/messages`` stream (pure).
 
-Reassembly rules where the wire format leaves room:
+The rebuilt message is what the official ``anthropic`` SDK's stream accumulation
+(``beta.messages.stream(...).get_final_message()``, the richer of its two) builds from the same
+events, key for key, except where the SDK loses something the stream sent; there this keeps it
+(each such place is marked *kept*). The rules, where the wire format leaves room:
 
-- The first ``message_start`` whose ``message`` is an object gives the skeleton; later ones are
-  ignored. A ``content_block_start`` for an index already started is ignored too (first wins).
+- The first ``message_start`` whose ``message`` is an object gives the skeleton, every key of it;
+  later ones are ignored. A ``content_block_start`` for an index already started is ignored too
+  (first wins).
 - A delta for an index never started is dropped: without the start its block type is unknown.
-- ``text_delta``, ``thinking_delta`` and ``signature_delta`` append to the block's field (the API
-  sends the whole signature in one delta after an empty start value, so appending equals setting).
+- ``text_delta`` and ``thinking_delta`` append to the block's field; ``signature_delta`` sets the
+  signature, and ``compaction_delta`` the block's ``content`` and ``encrypted_content``, as the SDK
+  does. ``citations_delta`` appends its citation.
 - ``input_json_delta`` fragments are joined and parsed when the response is built. When no
   fragment carried text the block keeps its start ``input``. When the joined text is not JSON (a
-  cut stream) ``input`` holds that text as a string, so nothing that arrived is lost and
-  ``normalize`` reports it as ``{"_raw": text}``, as for the other dialects' argument strings.
-- ``message_delta``: every key of ``delta`` but ``content`` is set on the message; its ``usage``
-  keys overwrite the ``message_start`` ones, except ``null`` values, which mean "not reported".
+  cut stream) ``input`` holds that text as a string (*kept*: the SDK parses what it can and drops
+  the cut piece), so ``normalize`` reports it as ``{"_raw": text}``, as for the other dialects'
+  argument strings.
+- A delta of a type not named above appends its string fields to the block and sets the others
+  (*kept*: the SDK ignores it); a named delta's keys besides its own field are set on the block
+  (*kept*). Neither touches a key the block's start carried, which the SDK leaves as it is.
+- ``message_delta``: ``stop_reason``, ``stop_sequence`` and ``stop_details`` are set from
+  ``delta`` as sent, every other key of it (``container``, unknown ones) when not null (*kept*
+  for unknown ones); its ``usage`` keys overwrite the ``message_start`` ones, except ``null``
+  values, which mean "not reported" (*kept* for keys the SDK does not name).
+- An event's keys besides its envelope (``type``, ``message``, ``index``, ``content_block``,
+  ``delta``, ``usage``) go on what the event is about: a ``message_*`` event's on the message
+  (``context_management`` and ``input_transformations`` of ``message_delta``, as the SDK copies
+  them; the rest *kept*), a ``content_block_*`` event's on its block (*kept*). Null values are
+  not set.
+- A ``fallback`` content block's ``to.model`` becomes the message's ``model``, as the SDK relabels
+  it.
 - The first ``message_stop`` or ``error`` event ends the stream; events after it are ignored.
 """
 
@@ -48,7 +66,6 @@ _TOOL_BLOCK_TYPES = frozenset({"tool_use", "server_tool_use"})
 _TEXT_DELTAS = {
     "text_delta": "text",
     "thinking_delta": "thinking",
-    "signature_delta": "signature",
 }
 
 
@@ -163,42 +180,94 @@ def is_terminal_event(event: SSEEvent) -> bool:
     return _event_kind(event, _load(event)) in _TERMINAL
 
 
+# The keys of each event that are its envelope; any other key is about the message or block.
+_ENVELOPES = {
+    "message_start": frozenset({"type", "message"}),
+    "message_delta": frozenset({"type", "delta", "usage"}),
+    "message_stop": frozenset({"type"}),
+    "content_block_start": frozenset({"type", "index", "content_block"}),
+    "content_block_delta": frozenset({"type", "index", "delta"}),
+    "content_block_stop": frozenset({"type", "index"}),
+}
+# message_delta.delta keys the SDK sets whatever their value; the others only when not null.
+_STOP_KEYS = ("stop_reason", "stop_sequence", "stop_details")
+
+
+def _beyond(payload: Mapping[str, Any], envelope: frozenset[str]) -> dict[str, Any]:
+    """The event's non-null keys that are not its envelope."""
+    return {k: v for k, v in payload.items() if k not in envelope and v is not None}
+
+
 class _Block:
     """One content block being streamed: its start object plus the fragments since."""
 
-    __slots__ = ("citations", "fragments", "partial_json", "start")
+    __slots__ = ("citations", "fragments", "partial_json", "set", "start")
 
     def __init__(self, start: Mapping[str, Any]) -> None:
         self.start = dict(start)
         self.fragments: dict[str, list[str]] = {}
         self.partial_json: list[str] = []
         self.citations: list[Any] = []
+        # Keys set outright (signature, compaction content, unknown ones): the latest wins.
+        self.set: dict[str, Any] = {}
 
     def apply(self, delta: Mapping[str, Any]) -> int | None:
         """Fold a delta in; the length of the text it kept, or ``None`` for anything else
         (which the caller counts whole)."""
         delta_type = delta.get("type")
+        own: str | None = None
+        kept: int | None = 0
         if delta_type == "input_json_delta":
+            own = "partial_json"
             fragment = as_str(delta.get("partial_json"))
             if fragment:
                 self.partial_json.append(fragment)
-                return len(fragment)
+                kept = len(fragment)
         elif delta_type == "citations_delta":
+            own = "citation"
             if "citation" in delta:
                 self.citations.append(delta["citation"])
+            kept = None
+        elif delta_type == "signature_delta":
+            own = "signature"
+            if isinstance(delta.get("signature"), str):
+                self.fragments.pop("signature", None)
+                self.set["signature"] = delta["signature"]
+            kept = None
+        elif delta_type == "compaction_delta":
+            for key in ("content", "encrypted_content"):
+                self.set[key] = delta.get(key)
             return None
         elif isinstance(delta_type, str) and delta_type in _TEXT_DELTAS:
-            key = _TEXT_DELTAS[delta_type]
-            fragment = as_str(delta.get(key))
+            own = _TEXT_DELTAS[delta_type]
+            fragment = as_str(delta.get(own))
             if fragment is not None:
-                self.fragments.setdefault(key, []).append(fragment)
-                return len(fragment)
-        return 0
+                self.fragments.setdefault(own, []).append(fragment)
+                kept = len(fragment)
+        else:
+            # A delta type not known: carried onto the block, but never into a key the block
+            # started with, which the SDK (and so the client) leaves as it is.
+            for key, value in delta.items():
+                if key == "type" or key in self.start:
+                    continue
+                if isinstance(value, str):
+                    self.set.pop(key, None)
+                    self.fragments.setdefault(key, []).append(value)
+                else:
+                    self.set[key] = value
+            return None
+        if len(delta) > 2:
+            for key, value in delta.items():
+                if key not in ("type", own) and key not in self.start and value is not None:
+                    self.set[key] = value
+            return None
+        return kept
 
     def build(self) -> dict[str, Any]:
         block = dict(self.start)
         for key, parts in self.fragments.items():
             block[key] = (as_str(block.get(key)) or "") + "".join(parts)
+        block.update(self.set)
         if self.citations:
             existing = block.get("citations")
             block["citations"] = [
@@ -226,6 +295,7 @@ class StreamReassembler:
         "_delta",
         "_delta_usage",
         "_error",
+        "_message_extra",
         "_outcome",
         "_seen",
         "_skeleton",
@@ -238,6 +308,8 @@ class StreamReassembler:
         self._blocks: dict[int, _Block] = {}
         self._delta: dict[str, Any] = {}
         self._delta_usage: dict[str, Any] = {}
+        # Keys of message_* events beyond their envelope, for the message.
+        self._message_extra: dict[str, Any] = {}
         self._seen = False
         self._outcome = StreamOutcome.TRUNCATED
         self._error: dict[str, Any] | None = None
@@ -250,9 +322,18 @@ class StreamReassembler:
         payload: Mapping[str, Any] = data if data is not None else {}
         if kind == "content_block_delta":
             kept = self._block_delta(payload)
+            if len(payload) > 3:
+                kept = None
+                self._beyond_block(payload, kind)
             self.size += PIECE_OVERHEAD + (_length(event) if kept is None else kept)
             return
         self.size += PIECE_OVERHEAD + _length(event)
+        envelope = _ENVELOPES.get(kind) if kind is not None else None
+        if kind is not None and envelope is not None and not envelope.issuperset(payload):
+            if kind.startswith("content_block"):
+                self._beyond_block(payload, kind)
+            elif kind != "message_start" or self._skeleton is None:
+                self._message_extra.update(_beyond(payload, envelope))
         if kind == "message_stop":
             self._outcome = StreamOutcome.COMPLETED
         elif kind == "error":
@@ -284,6 +365,16 @@ class StreamReassembler:
             return
         self._seen = True
         self._blocks[index] = _Block(block)
+        if block.get("type") == "fallback":
+            model = as_dict(block.get("to")).get("model")
+            if model is not None:
+                self._message_extra["model"] = model
+
+    def _beyond_block(self, payload: Mapping[str, Any], kind: str) -> None:
+        index = as_count(payload.get("index"))
+        block = self._blocks.get(index) if index is not None else None
+        if block is not None:
+            block.set.update(_beyond(payload, _ENVELOPES[kind]))
 
     def _block_delta(self, payload: Mapping[str, Any]) -> int | None:
         index = as_count(payload.get("index"))
@@ -298,7 +389,11 @@ class StreamReassembler:
         usage = payload.get("usage")
         if isinstance(delta, Mapping):
             self._seen = True
-            self._delta.update((k, v) for k, v in delta.items() if k != "content")
+            self._delta.update(
+                (k, v)
+                for k, v in delta.items()
+                if k != "content" and (v is not None or k in _STOP_KEYS)
+            )
         if isinstance(usage, Mapping):
             self._seen = True
             self._delta_usage.update((k, v) for k, v in usage.items() if v is not None)
@@ -310,6 +405,7 @@ class StreamReassembler:
         if not self._seen:
             return None
         message = dict(self._skeleton or {})
+        message.update(self._message_extra)
         message.update(self._delta)
         message["content"] = [self._blocks[index].build() for index in sorted(self._blocks)]
         if self._delta_usage:

@@ -6,6 +6,13 @@ object arrives, the reassembler rebuilds one from the latest ``response.created`
 ``response.in_progress`` snapshot plus the output item, content part and delta events, so a cut
 stream still yields everything that was received.
 
+For a stream that completes, the result is what the official ``openai`` SDK's
+``responses.stream(...).get_final_response()`` returns: the terminal event's response, and when
+that response comes without its ``output`` (some servers leave it out), the output rebuilt from
+the stream's finished items. The SDK gives nothing for a stream that fails or is cut; this still
+gives everything received. Keys of the other events that are about the transport
+(``sequence_number``, ``obfuscation``) stay in the raw stream only.
+
 An event's type is its data's ``"type"``, else the SSE event name; an event whose data is not a JSON
 object is ignored everywhere (it is neither terminal nor applied).
 """
@@ -357,7 +364,8 @@ class StreamReassembler:
         if self._full is not None:
             return self._full.finish()
         if self._final is None and self._deferred:
-            # No whole response came: build it from every event, in order.
+            # No whole response came (or one without its output): build it from every event,
+            # in order.
             full = StreamReassembler(defer=False)
             for event in self._events:
                 full.feed(event)
@@ -381,7 +389,14 @@ class StreamReassembler:
 
     def _on_terminal(self, data: dict[str, Any], kind: str) -> None:
         response = data.get("response")
-        if isinstance(response, dict):
+        if isinstance(response, dict) and response.get("output") is None and self._deferred:
+            # A terminal response without its output (some servers leave it out): the output is
+            # rebuilt from the deferred events, as the SDK rebuilds it from the finished items.
+            self._final = None
+        elif isinstance(response, dict):
+            if response.get("output") is None:
+                self._flush()
+                response = {**response, "output": [self._items[i] for i in sorted(self._items)]}
             self._final = response
             self._events = []  # the whole response came: the deferred events are not needed
         if kind == _FAILED:

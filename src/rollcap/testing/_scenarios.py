@@ -338,7 +338,8 @@ def expected_response(
 ) -> dict[str, Any]:
     """The object a completing scenario answers ``body`` with, non-streamed (``stream`` ignored).
 
-    It is also what reassembling the streamed answer gives (for chat, with usage requested).
+    It is also what reassembling the streamed answer gives (for chat, with usage requested, and
+    with each tool call's ``index``, which only the stream's fragments carry).
     Raises ``ValueError`` when the request would not get a complete JSON answer.
     """
     request = {k: v for k, v in body.items() if k != "stream"}

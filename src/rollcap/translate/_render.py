@@ -3,15 +3,16 @@
 Used to replay a buffered answer to a client that asked for ``stream: true``. Each text goes out
 as a single delta. The rendered stream reassembles (``rollcap.dialects.reassemble``) to the object
 it came from whenever that object has the shape the reassembler builds: every Responses and
-Messages object, and a ``chat.completion`` without keys the chat reassembler does not rebuild
-(vLLM's per-choice ``stop_reason``, an empty ``tool_calls`` list, ``usage: null``...).
+Messages object, and a ``chat.completion`` whose tool calls carry their stream ``index`` (a
+non-streamed one gains it) and without an empty ``tool_calls`` list or ``usage: null``.
 
 - ``responses``: ``response.created`` and ``response.in_progress`` carrying the response without
   output (status ``in_progress``, no usage), each output item with its part and text events, then
   ``response.completed`` / ``.incomplete`` / ``.failed`` by status; another status (a cut
   response) gets no terminal event, as it was cut.
-- ``chat``: per choice one chunk with the whole message as its delta and one with the finish
-  reason, a usage chunk when the response has usage, then ``[DONE]``.
+- ``chat``: per choice one chunk with the whole message as its delta (tool calls as indexed
+  fragments) and the choice's own keys, and one with the finish reason, a usage chunk when the
+  response has usage, then ``[DONE]``. Every top-level key goes on each chunk.
 - ``messages``: ``message_start`` (the message without content, stop reason not yet set), each
   block's start / deltas / stop, ``message_delta`` (stop reason and usage), ``message_stop``.
 
@@ -25,7 +26,7 @@ from typing import Any
 
 from rollcap._json import as_dict, as_str
 from rollcap.sse import SSEEvent
-from rollcap.translate._common import DONE, REASONING_KEYS, dumps
+from rollcap.translate._common import DONE, dumps
 from rollcap.translate._events import ResponsesEvents, chat_event, messages_event
 
 __all__ = ["render_sse"]
@@ -160,19 +161,15 @@ def _responses_part(
 # --- chat ----------------------------------------------------------------------------------------
 
 
-_CHAT_OPTIONAL_KEYS = ("system_fingerprint", "service_tier")
+# Top-level and choice keys with a rule of their own; every other key goes out as it is.
+_CHAT_OWN_KEYS = frozenset({"choices", "usage", "object"})
+_CHAT_CHOICE_KEYS = frozenset({"index", "message", "logprobs", "finish_reason"})
 
 
 def _chat(response: Mapping[str, Any]) -> list[SSEEvent]:
-    base: dict[str, Any] = {
-        "id": response.get("id"),
-        "object": "chat.completion.chunk",
-        "created": response.get("created"),
-        "model": response.get("model"),
-    }
-    for key in _CHAT_OPTIONAL_KEYS:
-        if key in response:
-            base[key] = response[key]
+    base: dict[str, Any] = {"id": None, "created": None, "model": None}
+    base.update((k, v) for k, v in response.items() if k not in _CHAT_OWN_KEYS)
+    base["object"] = "chat.completion.chunk"
     out: list[SSEEvent] = []
     choices = response.get("choices")
     for position, raw in enumerate(choices if isinstance(choices, list) else ()):
@@ -181,7 +178,9 @@ def _chat(response: Mapping[str, Any]) -> list[SSEEvent]:
             continue
         index = choice.get("index", position)
         delta = _chat_delta(as_dict(choice.get("message")))
-        first = {"index": index, "delta": delta, "logprobs": choice.get("logprobs")}
+        # The choice's own keys (vLLM's token_ids, stop_reason) ride on its first chunk.
+        own = {k: v for k, v in choice.items() if k not in _CHAT_CHOICE_KEYS}
+        first = {**own, "index": index, "delta": delta, "logprobs": choice.get("logprobs")}
         out.append(chat_event({**base, "choices": [{**first, "finish_reason": None}]}))
         finish = choice.get("finish_reason")
         if finish is not None:
@@ -194,29 +193,21 @@ def _chat(response: Mapping[str, Any]) -> list[SSEEvent]:
 
 
 def _chat_delta(message: Mapping[str, Any]) -> dict[str, Any]:
-    delta: dict[str, Any] = {"role": as_str(message.get("role")) or "assistant"}
-    for key in ("content", "refusal", *REASONING_KEYS):
-        if isinstance(message.get(key), str):
-            delta[key] = message[key]
+    # Every key of the message goes out as it is (the reassembler merges each back), but
+    # tool calls, which stream as indexed fragments.
+    delta: dict[str, Any] = {k: v for k, v in message.items() if k != "tool_calls"}
+    delta["role"] = as_str(message.get("role")) or "assistant"
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
         fragments = []
         for position, raw in enumerate(calls):
             call = as_dict(raw)
             function = as_dict(call.get("function"))
-            fragment: dict[str, Any] = {"index": position, "id": call.get("id")}
+            fragment: dict[str, Any] = {**call, "index": call.get("index", position)}
             fragment["type"] = call.get("type") or "function"
-            fragment["function"] = {
-                "name": function.get("name"),
-                "arguments": function.get("arguments") or "",
-            }
+            fragment["function"] = {**function, "arguments": function.get("arguments") or ""}
             fragments.append(fragment)
         delta["tool_calls"] = fragments
-    legacy = message.get("function_call")
-    if isinstance(legacy, Mapping):
-        delta["function_call"] = dict(legacy)
-    if isinstance(message.get("annotations"), list):
-        delta["annotations"] = message["annotations"]
     return delta
 
 
