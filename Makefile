@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck unit browser demo bench clean
+.PHONY: test lint typecheck unit browser harness demo bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,26 @@ browser:
 		echo "rollcap: no root and no sudo: the browser tests will fail until 'apt-get install chromium' is run as root"; \
 	fi
 
+# The real harnesses (tests/harness): Claude Code and Codex CLI at the versions pinned in
+# tests/harness/package.json, from the npm registry into .harness/. Without node and npm their
+# tests skip, saying so.
+HARNESS_STAMP := .harness/.installed
+
+harness:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		$(MAKE) -s --no-print-directory $(HARNESS_STAMP); \
+	else \
+		echo "rollcap: no node or npm: the Claude Code and Codex harness tests will be skipped"; \
+	fi
+
+$(HARNESS_STAMP): tests/harness/package.json
+	mkdir -p .harness
+	cp tests/harness/package.json .harness/package.json
+	npm install --prefix .harness --no-audit --no-fund --no-update-notifier --loglevel=error
+	touch $(HARNESS_STAMP)
+
 # The multi-node tests start Ray's simulated cluster: a pytest process of their own, after the rest.
-unit: $(STAMP) browser
+unit: $(STAMP) browser harness
 	$(BIN)/python -m pytest -W error
 	$(BIN)/python -m pytest -W error -m ray
 
@@ -63,4 +81,4 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/ray.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis .harness
