@@ -340,7 +340,6 @@ class _ChoiceParts:
             type(delta) is dict
             and _PLAIN_DELTA_KEYS.issuperset(delta)
             and choice.get("logprobs") is None
-            and len(choice) <= len(_NAMED_CHOICE_KEYS)
             and _NAMED_CHOICE_KEYS.issuperset(choice)
         ):
             # Nearly every chunk of a text answer: same effect as the general path below, for
