@@ -14,7 +14,7 @@ import anthropic
 import httpx2
 import openai
 
-__all__ = ["DERIVED_KEYS", "NoReference", "sdk_final"]
+__all__ = ["DERIVED_KEYS", "NoReference", "sdk_final", "without_filled_nulls"]
 
 # Keys the SDKs compute on their own (structured-output parsing), never sent by a server.
 DERIVED_KEYS = frozenset({"parsed", "parsed_arguments", "parsed_output"})
@@ -77,3 +77,18 @@ def _final(dialect: str, raw: bytes) -> dict[str, Any]:
             # same object, and what a caller of the stream holds.
             completion: Any = exc.completion
             return dict(completion.to_dict(mode="json"))
+
+
+def without_filled_nulls(value: Any, raw: bytes) -> Any:
+    """``value`` without the nulls an SDK fills in for keys the stream ``raw`` never names (the
+    anthropic SDK sets ``stop_details`` from a ``message_delta`` that has none): the same answer
+    as the key left out, which is what a record keeps."""
+    if isinstance(value, dict):
+        return {
+            key: without_filled_nulls(item, raw)
+            for key, item in value.items()
+            if item is not None or f'"{key}"'.encode() in raw
+        }
+    if isinstance(value, list):
+        return [without_filled_nulls(item, raw) for item in value]
+    return value

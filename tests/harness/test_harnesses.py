@@ -18,12 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anthropic
-import httpx2
 import orjson
 import pytest
 
 from rollcap import CaptureStore, ModelCallRecord, read_model_call_records
+from tests.dialects._sdk import sdk_final, without_filled_nulls
 from tests.harness._stack import CLIENT_KEY, ROLLOUT_ID, UPSTREAM_KEY, claude_steps, codex_steps
 from tests.harness._upstream import FIRST_BYTE_DELAY_S, MARK, Exchange
 from tests.harness.conftest import REPO, Harness, netns_prefix
@@ -34,43 +33,6 @@ RUN_TIMEOUT_S = 330  # the harness's own limit (240 s) plus starting and stoppin
 # The calls rollcap captures; count_tokens and /v1/models pass through uncaptured, by design.
 CAPTURED_KINDS = {"tool", "answer", "side"}
 SESSION_HEADERS = {"claude": "x-claude-code-session-id", "codex": "session-id"}
-
-
-def _sdk_message(raw: bytes) -> dict[str, Any]:
-    """What the anthropic SDK's beta stream helper (Claude Code's own SDK's) builds from ``raw``."""
-
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=raw)
-
-    client = anthropic.Anthropic(
-        api_key="reference",
-        base_url="http://reference.invalid",
-        http_client=httpx2.Client(transport=httpx2.MockTransport(answer)),
-        max_retries=0,
-    )
-    with client.beta.messages.stream(
-        model="reference", max_tokens=16, messages=[{"role": "user", "content": "x"}]
-    ) as stream:
-        final = stream.get_final_message().to_dict(mode="json")
-    unfilled: dict[str, Any] = _unfilled(final, raw)
-    return unfilled
-
-
-def _unfilled(value: Any, raw: bytes) -> Any:
-    """``value`` without the nulls the SDK fills in for keys the stream never named.
-
-    The record keeps what was sent: a null the SDK sets on its own (``stop_details`` from a
-    ``message_delta`` that has none) is the same answer as the key left out.
-    """
-    if isinstance(value, dict):
-        return {
-            key: _unfilled(item, raw)
-            for key, item in value.items()
-            if item is not None or f'"{key}"'.encode() in raw
-        }
-    if isinstance(value, list):
-        return [_unfilled(item, raw) for item in value]
-    return value
 
 
 def _completed_response(raw: bytes) -> dict[str, Any]:
@@ -193,7 +155,7 @@ def test_every_call_has_its_exact_record(harness: Harness, tmp_path: Path) -> No
         if exchange.stream:
             assert record["response_raw"] == exchange.response.decode()
             reference = (
-                _sdk_message(exchange.response)
+                without_filled_nulls(sdk_final("messages", exchange.response), exchange.response)
                 if dialect == "messages"
                 else _completed_response(exchange.response)
             )
