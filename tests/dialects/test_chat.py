@@ -605,3 +605,21 @@ def test_size_counts_text_kept_and_whole_chunks_otherwise() -> None:
     before = reassembler.size
     reassembler.feed(tool)
     assert reassembler.size - before == len(tool.data) + PIECE_OVERHEAD  # the whole chunk
+
+
+def test_size_counts_a_chunk_whose_top_level_keys_are_kept() -> None:
+    reassembler = chat.StreamReassembler()
+    reassembler.feed(chunk(choice({"content": "a"})))
+    # Chunks without choices, each with a top-level key not seen before: kept, so counted.
+    for n in range(3):
+        late = chunk(**{f"x_{n}": "v" * 500})
+        before = reassembler.size
+        reassembler.feed(late)
+        assert reassembler.size - before == len(late.data) + PIECE_OVERHEAD
+    # The same shape again adds nothing to keep.
+    before = reassembler.size
+    reassembler.feed(chunk(x_2="w"))
+    assert reassembler.size == before
+    response = reassembler.finish().response
+    assert response is not None
+    assert response["x_2"] == "v" * 500

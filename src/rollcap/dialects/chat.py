@@ -500,10 +500,14 @@ class StreamReassembler:
         if shape != self._top_shape or self._top_waits:
             self._top_shape = shape
             top = self._top
+            taken = False
             for key, value in chunk.items():
                 # A null keeps the place until a value comes.
                 if key not in _OWN_RULE_KEYS and top.get(key) is None:
                     top[key] = value
+                    taken = True
+            if taken:  # kept beyond the choices: counted whole, as a bound must see it
+                self.size += PIECE_OVERHEAD + len(data)
             self._top_waits = any(value is None for value in top.values())
             if "system_fingerprint" in chunk:
                 self._fingerprint_sent = True
