@@ -24,6 +24,7 @@ from rollcap.testing._knobs import (
     HEADER_TOOL_TURNS,
 )
 from rollcap.testing._scenarios import answer
+from tests.testing._support import COMPLETING
 
 __all__ = ["PROBE_PREFIX", "Stream", "corpus"]
 
@@ -553,8 +554,6 @@ _GENERATORS = {"chat": _chat, "messages": _messages, "responses": _responses}
 
 # --- the fake upstream's scenarios ---------------------------------------------------------------
 
-_COMPLETING = ("text", "tool", "tool_turns", "reasoning", "incomplete")
-
 
 def _request(dialect: str, scenario: str) -> dict[str, Any]:
     tools_chat = [
@@ -603,7 +602,7 @@ def _request(dialect: str, scenario: str) -> dict[str, Any]:
 
 def _fake_streams() -> Iterator[Stream]:
     for dialect in DIALECTS:
-        for scenario in _COMPLETING:
+        for scenario in COMPLETING:
             for cached in ("0", "7"):
                 headers = {
                     HEADER_SCENARIO: scenario,
