@@ -609,9 +609,12 @@ def _fake_streams() -> Iterator[Stream]:
                     HEADER_CACHED_TOKENS: cached,
                     HEADER_TOOL_TURNS: "2",
                 }
+                body = _request(dialect, scenario)
+                if dialect == "messages" and cached != "0":
+                    body["context_management"] = {"edits": [{"type": "clear_tool_uses_20250919"}]}
                 reply = answer(
                     dialect,
-                    orjson.dumps(_request(dialect, scenario)),
+                    orjson.dumps(body),
                     headers,
                     request_id=f"req_{scenario}",
                 )

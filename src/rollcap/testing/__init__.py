@@ -4,7 +4,9 @@
 SDKs expect them: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/chat/completions`` (OpenAI
 Chat Completions), ``POST /v1/messages`` (Anthropic Messages), plus ``GET /v1/models`` and
 ``GET /health`` (``in_flight`` requests and ``open_connections``, its own included). Each answers
-non-streamed or, with ``"stream": true``, as the API's SSE stream.
+non-streamed or, with ``"stream": true``, as the API's SSE stream. A Messages request that asks
+for ``context_management`` (Claude Code's beta) gets ``context_management`` back, on the message
+and, streamed, beside ``delta`` and ``usage`` in ``message_delta``, as the API sends it.
 
     async with FakeUpstream() as upstream:          # or FakeUpstream.running_in_thread()
         client = openai.AsyncOpenAI(base_url=upstream.url + "/v1", api_key="x")

@@ -17,6 +17,14 @@ __all__ = ["MessagesRenderer"]
 _MESSAGES_STOP = {Finish.STOP: "end_turn", Finish.TOOL: "tool_use", Finish.LENGTH: "max_tokens"}
 
 
+def _context_management(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the API answers a request that asks for context management (the beta Claude Code
+    sends on every call): the edits it applied, none here."""
+    if isinstance(body.get("context_management"), Mapping):
+        return {"context_management": {"applied_edits": []}}
+    return {}
+
+
 class MessagesRenderer(Renderer):
     def _usage(self, plan: Plan, output_tokens: int) -> dict[str, Any]:
         u = plan.usage
@@ -86,7 +94,10 @@ class MessagesRenderer(Renderer):
 
     def final(self, plan: Plan, body: Mapping[str, Any]) -> dict[str, Any]:
         content = [final for final, _, _ in self._blocks(plan)]
-        return self._message(plan, content, _MESSAGES_STOP[plan.finish], plan.usage.output_tokens)
+        message = self._message(
+            plan, content, _MESSAGES_STOP[plan.finish], plan.usage.output_tokens
+        )
+        return {**message, **_context_management(body)}
 
     def frames(self, plan: Plan, body: Mapping[str, Any]) -> list[Frame]:
         def event(kind: str, **fields: Any) -> Frame:
@@ -106,6 +117,8 @@ class MessagesRenderer(Renderer):
                 "message_delta",
                 delta={"stop_reason": _MESSAGES_STOP[plan.finish], "stop_sequence": None},
                 usage=usage,
+                # Beside delta and usage, where the API reports it (and Claude Code reads it).
+                **_context_management(body),
             )
         )
         frames.append(event("message_stop"))
