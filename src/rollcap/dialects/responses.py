@@ -389,11 +389,12 @@ class StreamReassembler:
 
     def _on_terminal(self, data: dict[str, Any], kind: str) -> None:
         response = data.get("response")
-        if isinstance(response, dict) and response.get("output") is None and self._deferred:
-            # A terminal response without its output (some servers leave it out): the output is
-            # rebuilt from the deferred events, as the SDK rebuilds it from the finished items.
-            self._final = None
-        elif isinstance(response, dict):
+        # A terminal response without its output (some servers leave it out) gets the output
+        # rebuilt from the items, as the SDK rebuilds it from the finished ones; while events
+        # are deferred, that waits for finish(), which replays them all.
+        if isinstance(response, dict) and (
+            response.get("output") is not None or not self._deferred
+        ):
             if response.get("output") is None:
                 self._flush()
                 response = {**response, "output": [self._items[i] for i in sorted(self._items)]}
