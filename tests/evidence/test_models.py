@@ -21,6 +21,17 @@ from rollcap.evidence._models import dump, gap_from_json
 from rollcap.records import Gap
 from tests.evidence.conftest import POLICY, bundle, invocation
 
+# A tool call that completed before it started: refused (the why and the words are tested apart).
+BACKWARDS_TOOL_CALL = bundle(
+    {
+        "kind": "tool_call",
+        "invocation_id": "a",
+        "tool_call_id": "t",
+        "started_at": 2.0,
+        "completed_at": 1.0,
+    }
+)
+
 # Declaration order of every model (EVIDENCE.md sections 2 and 5.1).
 KEYS: dict[type[BaseModel], list[str]] = {
     ModelCallRef: ["model_call_id", "model_ref", "response_id"],
@@ -239,15 +250,7 @@ def test_lax_mode_coerces_integral_floats_and_ints() -> None:
             "tool output",
         ),
         (
-            bundle(
-                {
-                    "kind": "tool_call",
-                    "invocation_id": "a",
-                    "tool_call_id": "t",
-                    "started_at": 2.0,
-                    "completed_at": 1.0,
-                }
-            ),
+            BACKWARDS_TOOL_CALL,
             "completed before started",
         ),
         (bundle(invocation("a", duration_ms=-1)), "negative duration"),
@@ -283,15 +286,7 @@ def test_invalid_bundles(value: dict[str, Any], reason: str) -> None:
             "invocation_id must be unique within an observation bundle",
         ),
         (
-            bundle(
-                {
-                    "kind": "tool_call",
-                    "invocation_id": "a",
-                    "tool_call_id": "t",
-                    "started_at": 2.0,
-                    "completed_at": 1.0,
-                }
-            ),
+            BACKWARDS_TOOL_CALL,
             "completed_at must not precede started_at",
         ),
     ],
