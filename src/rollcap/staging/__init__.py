@@ -1,56 +1,118 @@
-"""Token-id staging for RL: exact token ids, masks and logprobs per model call.
+"""RL token staging on NeMo Gym 0.7.0's wire: exact training token ids, masks and logprobs.
 
-Training must use the token ids the model actually saw and produced, never a re-tokenization
-of text. Inside an inference worker, ``RolloutTokenCapture`` turns each served call into a
-``StagedCallRecord`` (the call's token delta over its parent, digested and chained), makes it
-durable through a ``StagingSink`` before the response goes out, and returns ``CommitCoords``
-that are small enough to ride in the response body. ``linearize`` reads a rollout back and
-rebuilds each call chain's full sequence, verifying every digest on the way.
+Training must use the token ids the model actually saw and produced, never a re-tokenization of
+text. The parties (STAGING in the project's specification):
 
-This package is a leaf: it imports only the standard library, orjson and ``rollcap.ids``, so a
-training framework can use it without the model server's stack. The digest scheme is specified
-in ``docs/staging-digest.md``.
+- the **gate** (rollcap's model server with ``token_id_capture.external_staging``) admits each
+  training call (``CaptureAdmission`` in ``ng_capture``), resolving its parent from its ledger
+  (``FileLineageStore``; fingerprints of the request items), checks the worker's
+  ``CommitCoords`` and writes token-free ``CallRecord`` rows and failures, served as a
+  ``RolloutManifest`` on a bearer-protected control route;
+- the **worker**, in front of the engine, hosts ``RolloutTokenCapture``: each call becomes a
+  ``StagedCallRecord`` (the ids new since its parent, digested and chained), durable through a
+  ``StagingSink`` before the answer goes out; ``VLLMCaptureAdapter`` and
+  ``MegatronCaptureAdapter`` read the engine's answers;
+- the **trainer** reads the manifest (``RolloutControlClient``), builds a ``RolloutReceipt``
+  (``attribute_and_receive``: poisoned when any call failed), fetches base snapshots from a
+  ``StagingSource`` and runs ``verify_and_linearize``, which refuses with a coded
+  ``ReceiptVerificationError`` anything that does not verify.
+
+The complete-record path (``TokenSink``/``TokenSource``, ``TokenCaptureStore``) and its
+conformance suite (``run_conformance``) are here too. The digests reproduce NeMo Gym's golden
+vectors (``tests/staging/test_digest.py``).
 """
 
 from rollcap.staging._adapters import (
     PREFIX_IDS_FIELD,
-    REQUEST_FIELDS,
     CaptureAdapter,
+    MegatronCaptureAdapter,
     VLLMCaptureAdapter,
+    prepare_engine_request,
+    strip_capture_transport_fields,
 )
-from rollcap.staging._capture import PendingCall, RolloutTokenCapture
-from rollcap.staging._digest import EMPTY_EXTRAS_DIGEST, ROOT_CHAIN_HASH
-from rollcap.staging._linearize import (
-    LinearizedChain,
+from rollcap.staging._capture import (
+    ActiveCall,
+    CaptureHost,
+    RolloutTokenCapture,
+    WeightVersionProvider,
+    install_capture,
+)
+from rollcap.staging._conformance import CONFORMANCE_CHECKS, ConformanceError, run_conformance
+from rollcap.staging._control import (
+    DEFAULT_CONTROL_TOKEN_ENV,
+    MANIFEST_PATH_TEMPLATE,
+    RolloutControlClient,
+    bearer_matches,
+)
+from rollcap.staging._digest import (
+    EMPTY_EXTRAS_DIGEST,
+    EXTRAS_DIGEST_VERSION,
+    STAGING_DIGEST_VERSION,
+    STAGING_SCHEMA_VERSION,
+    compute_chain_hash,
+    compute_extras_digest,
+    compute_staging_digest,
+    encode_token_ids,
+    hash_token_ids,
+)
+from rollcap.staging._fingerprint import (
+    FINGERPRINT_VERSION,
+    UnfingerprintableError,
+    assistant_fingerprint,
+    conversation_digest,
+    request_items,
+    response_items,
+)
+from rollcap.staging._ledger import (
+    CaptureLedgerCommit,
+    FileLineageStore,
+    ParentRow,
+    output_fingerprints,
+)
+from rollcap.staging._rebuild import (
+    RebuildError,
+    ReceiptVerificationError,
     linearize,
-    linearize_records,
-    verify_record,
+    receipt_for,
+    verify_and_linearize,
 )
 from rollcap.staging._records import (
     CAPTURE_FAILED,
     CAPTURE_FIELD,
     COORDS_FIELD,
-    REASON_CALL_FAILED,
-    REASON_DUPLICATE_CALL,
-    REASON_EXTRACTION_FAILED,
-    REASON_INTERNAL_ERROR,
-    REASON_INVALID_ADMISSION,
-    REASON_INVALID_INPUT,
-    REASON_NOT_IN_FLIGHT,
-    REASON_PARENT_PREFIX_MISMATCH,
-    REASON_REQUIRED_PREFIX_MISMATCH,
-    REASON_SINK_FAILED,
-    REASON_UNKNOWN_PARENT,
-    SCHEMA_VERSION,
+    REASON_INVALID_WORKER_COMMIT_COORDINATES,
+    REASON_LEDGER_ROW_MISSING_CHAIN_HASH,
+    REASON_LEDGER_ROW_MISSING_RESPONSE_ID,
+    REASON_REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES,
+    REASON_UNRESOLVED_PARENT,
+    REASON_WORKER_CAPTURE_FAILED,
+    REASON_WORKER_RESPONSE_MISSING_COMMIT_COORDINATES,
     STAGED,
-    Admission,
+    CallRecord,
+    CaptureAdmission,
+    CaptureError,
     CommitCoords,
-    ExtractionError,
-    LinearizeError,
+    ExtrasCommitment,
+    LinearizedRow,
+    ManifestFailure,
+    RolloutManifest,
+    RolloutReceipt,
+    StagedCallBaseSnapshot,
     StagedCallRecord,
+    StagedCallSnapshot,
     StagedRecordError,
+    StageResult,
     StagingError,
-    validate_model_call_id,
+    StreamingUnsupportedError,
+    WeightVersionSpan,
+    parse_staged_record,
+    staging_key,
+)
+from rollcap.staging._routes import (
+    MISSING_ROUTE_SENTINEL,
+    classify_route_span,
+    decode_routed_experts,
+    encode_routed_experts,
 )
 from rollcap.staging._sinks import (
     DirectoryStagingSink,
@@ -58,46 +120,116 @@ from rollcap.staging._sinks import (
     StagingSink,
     StagingSource,
 )
+from rollcap.staging._terminal import (
+    TerminalAttribution,
+    TerminalSelection,
+    attribute_and_receive,
+    resolve_terminal,
+    select_terminal_call,
+)
+from rollcap.staging._tokens import (
+    LineageDecision,
+    LineageResolver,
+    TokenCaptureSnapshot,
+    TokenCaptureStore,
+    TokenEntry,
+    TokenSink,
+    TokenSource,
+    entry_digest,
+)
 
 __all__ = [
     "CAPTURE_FAILED",
     "CAPTURE_FIELD",
+    "CONFORMANCE_CHECKS",
     "COORDS_FIELD",
+    "DEFAULT_CONTROL_TOKEN_ENV",
     "EMPTY_EXTRAS_DIGEST",
+    "EXTRAS_DIGEST_VERSION",
+    "FINGERPRINT_VERSION",
+    "MANIFEST_PATH_TEMPLATE",
+    "MISSING_ROUTE_SENTINEL",
     "PREFIX_IDS_FIELD",
-    "REASON_CALL_FAILED",
-    "REASON_DUPLICATE_CALL",
-    "REASON_EXTRACTION_FAILED",
-    "REASON_INTERNAL_ERROR",
-    "REASON_INVALID_ADMISSION",
-    "REASON_INVALID_INPUT",
-    "REASON_NOT_IN_FLIGHT",
-    "REASON_PARENT_PREFIX_MISMATCH",
-    "REASON_REQUIRED_PREFIX_MISMATCH",
-    "REASON_SINK_FAILED",
-    "REASON_UNKNOWN_PARENT",
-    "REQUEST_FIELDS",
-    "ROOT_CHAIN_HASH",
-    "SCHEMA_VERSION",
+    "REASON_INVALID_WORKER_COMMIT_COORDINATES",
+    "REASON_LEDGER_ROW_MISSING_CHAIN_HASH",
+    "REASON_LEDGER_ROW_MISSING_RESPONSE_ID",
+    "REASON_REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES",
+    "REASON_UNRESOLVED_PARENT",
+    "REASON_WORKER_CAPTURE_FAILED",
+    "REASON_WORKER_RESPONSE_MISSING_COMMIT_COORDINATES",
     "STAGED",
-    "Admission",
+    "STAGING_DIGEST_VERSION",
+    "STAGING_SCHEMA_VERSION",
+    "ActiveCall",
+    "CallRecord",
     "CaptureAdapter",
+    "CaptureAdmission",
+    "CaptureError",
+    "CaptureHost",
+    "CaptureLedgerCommit",
     "CommitCoords",
+    "ConformanceError",
     "DirectoryStagingSink",
-    "ExtractionError",
+    "ExtrasCommitment",
+    "FileLineageStore",
     "InMemoryStagingSink",
-    "LinearizeError",
-    "LinearizedChain",
-    "PendingCall",
+    "LineageDecision",
+    "LineageResolver",
+    "LinearizedRow",
+    "ManifestFailure",
+    "MegatronCaptureAdapter",
+    "ParentRow",
+    "RebuildError",
+    "ReceiptVerificationError",
+    "RolloutControlClient",
+    "RolloutManifest",
+    "RolloutReceipt",
     "RolloutTokenCapture",
+    "StageResult",
+    "StagedCallBaseSnapshot",
     "StagedCallRecord",
+    "StagedCallSnapshot",
     "StagedRecordError",
     "StagingError",
     "StagingSink",
     "StagingSource",
+    "StreamingUnsupportedError",
+    "TerminalAttribution",
+    "TerminalSelection",
+    "TokenCaptureSnapshot",
+    "TokenCaptureStore",
+    "TokenEntry",
+    "TokenSink",
+    "TokenSource",
+    "UnfingerprintableError",
     "VLLMCaptureAdapter",
+    "WeightVersionProvider",
+    "WeightVersionSpan",
+    "assistant_fingerprint",
+    "attribute_and_receive",
+    "bearer_matches",
+    "classify_route_span",
+    "compute_chain_hash",
+    "compute_extras_digest",
+    "compute_staging_digest",
+    "conversation_digest",
+    "decode_routed_experts",
+    "encode_routed_experts",
+    "encode_token_ids",
+    "entry_digest",
+    "hash_token_ids",
+    "install_capture",
     "linearize",
-    "linearize_records",
-    "validate_model_call_id",
-    "verify_record",
+    "output_fingerprints",
+    "parse_staged_record",
+    "prepare_engine_request",
+    "receipt_for",
+    "request_items",
+    "resolve_terminal",
+    "response_items",
+    "run_conformance",
+    "select_terminal_call",
+    "staging_key",
+    "strip_capture_transport_fields",
+    "verify_and_linearize",
 ]

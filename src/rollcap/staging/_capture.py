@@ -1,492 +1,476 @@
-"""``RolloutTokenCapture``: turn one served model call into one staged token delta.
+"""The worker's side of external staging: one admitted call in, one ``CommitCoords`` out.
 
-Contract: every begun call ends in exactly one ``CommitCoords``. They are ``staged`` only after
-the sink returned; every failure (bad input, a prompt that does not start with the ids it must,
-an unknown parent, an extraction error, a sink error) gives ``capture_failed`` coords with a
-reason instead of an exception, so the worker still serves the generation.
+``RolloutTokenCapture`` is what an inference worker hosts (STAGING §1.5, §2.1, §5.2). For each
+engine call the gate admitted (``ng_capture``), the worker:
 
-The capture remembers, per rollout, each staged call's token delta, parent and chain hash (in
-memory, for a bounded number of rollouts, least recently used out first), which is what it needs
-to check a child call's prompt against its parent's full ids. It is safe to use from several
-threads; the sink is called outside the lock.
+1. parses the admission (``CaptureAdmission.model_validate``), resolves the prefix ids (for a
+   ``token_in`` call: fetch the ``staging_chain`` keys from its source and concatenate their
+   ``token_ids_delta``), and calls ``begin_call``, which checks them and stamps the weight
+   version; a caller bug raises ``CaptureError`` there and produces no coords;
+2. pins the engine's prompt to the prefix (``adapter.enter_prefix``) and generates;
+3. completes the call exactly once: ``complete_call`` (ids in hand),
+   ``complete_call_from_response`` (the adapter reads them out of the engine's answer) or
+   ``fail_call`` (the engine failed). The record is staged through the sink before the
+   coords are returned, so the worker answers only about durable records.
+
+Every failure after ``begin_call`` (extraction, delta building, float or extras validation,
+the sink) becomes ``capture_failed`` coords, with the reason logged on ``rollcap.staging``;
+it never fails the model completion, which the worker still serves, with the coords. A second
+completion of one call raises ``CaptureError``.
+
+The capture keeps no state per rollout or per call (the prefix comes from the caller, and the
+``ActiveCall`` carries what the completion needs), so its memory does not grow with the calls
+it has seen, and completions may run concurrently from several threads.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from array import array
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rollcap.staging._adapters import CaptureAdapter
-from rollcap.staging._digest import ROOT_CHAIN_HASH
-from rollcap.staging._linearize import lineage, verify_records
+from rollcap.staging._digest import (
+    EXTRAS_DIGEST_VERSION,
+    STAGING_DIGEST_VERSION,
+    STAGING_SCHEMA_VERSION,
+    compute_chain_hash,
+    compute_extras_digest,
+    compute_staging_digest,
+    hash_token_ids,
+)
 from rollcap.staging._records import (
-    REASON_CALL_FAILED,
-    REASON_DUPLICATE_CALL,
-    REASON_EXTRACTION_FAILED,
-    REASON_INTERNAL_ERROR,
-    REASON_INVALID_ADMISSION,
-    REASON_INVALID_INPUT,
-    REASON_NOT_IN_FLIGHT,
-    REASON_PARENT_PREFIX_MISMATCH,
-    REASON_REQUIRED_PREFIX_MISMATCH,
-    REASON_SINK_FAILED,
-    REASON_UNKNOWN_PARENT,
-    Admission,
+    CaptureAdmission,
+    CaptureError,
     CommitCoords,
     StagedCallRecord,
-    check_float32_values,
-    check_token_ids,
+    StageResult,
+    StreamingUnsupportedError,
+    staging_key,
 )
 from rollcap.staging._sinks import StagingSink
 
-__all__ = ["DEFAULT_MAX_ROLLOUTS", "PendingCall", "RolloutTokenCapture"]
+__all__ = [
+    "ActiveCall",
+    "CaptureHost",
+    "CaptureServingLayer",
+    "RolloutTokenCapture",
+    "WeightVersionProvider",
+    "install_capture",
+]
 
 logger = logging.getLogger("rollcap.staging")
 
-DEFAULT_MAX_ROLLOUTS = 4096
+WeightVersionProvider = Callable[[], int]
+"""A zero-argument callable returning the trainer-owned weight version (an exact int >= 0)."""
+
+# Ids and versions end up as u64 in the digest: anything larger cannot be staged.
 _U64_MAX = 2**64 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class _StagedCall:
-    # The delta only: a call's full ids are rebuilt through its parents, so memory grows with
-    # the tokens of a rollout rather than with the square of its turns.
-    parent_model_call_id: str | None
-    prev_len: int
-    delta: array[int]
-    chain_hash: str
-
-
 @dataclass(frozen=True, slots=True, eq=False)
-class PendingCall:
-    """A begun call. Pass it to exactly one of ``complete_call``, ``complete_call_from_response``
-    or ``fail_call``; ``failure`` is already set when the call cannot be staged whatever the
-    engine returns (its completion then gives ``capture_failed`` coords with that reason)."""
+class ActiveCall:
+    """One begun call, as ``begin_call`` resolved it; completes exactly once.
 
-    rollout_id: str
-    model_call_id: str
+    ``prefix_token_ids`` are the ids the engine's prompt must start with (``()`` for a ``text``
+    call; ``prev_len`` ids for a ``token_in`` one); ``weight_version`` is stamped on the record
+    and on the coords, failed ones included; ``staging_key`` is the default key
+    (``<rollout_id>/<model_call_id>``): the coords carry the key the sink returned instead.
+    """
+
+    admission: CaptureAdmission
+    prefix_token_ids: tuple[int, ...]
     weight_version: int
-    admission: Admission | None
-    failure: str | None = None
-    # What the prompt must start with, resolved at begin_call from the parent and the pin.
-    _prefix: tuple[int, ...] = field(default=(), repr=False)
-    _prev_len: int = field(default=0, repr=False)
-    _parent_chain_hash: str = field(default=ROOT_CHAIN_HASH, repr=False)
+    staging_key: str
+    # Acquired (never released) by the one completion that wins: an atomic "at most once"
+    # without a lock held across the sink call.
+    _done: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
-    def staging_key(self) -> str:
-        return f"{self.rollout_id}/{self.model_call_id}"
+    def completed(self) -> bool:
+        """Whether a completion (``complete_*`` or ``fail_call``) has claimed this call."""
+        return self._done.locked()
+
+    def _claim(self) -> None:
+        if not self._done.acquire(blocking=False):
+            raise CaptureError(f"call {self.staging_key} was already completed")
 
 
-def _first_difference(expected: Sequence[int], actual: Sequence[int]) -> int:
-    for index, (a, b) in enumerate(zip(expected, actual, strict=False)):
-        if a != b:
-            return index
-    return min(len(expected), len(actual))
+def _exact_ids(value: object, name: str) -> list[int]:
+    """``value`` as a list of exact ints in 0..2**64-1; ``TypeError``/``ValueError`` if not."""
+    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a sequence of token ids, not {type(value).__name__}")
+    ids = list(value)
+    for index, item in enumerate(ids):
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise TypeError(f"{name}[{index}] must be an int, not {type(item).__name__}")
+        if not 0 <= item <= _U64_MAX:
+            raise ValueError(f"{name}[{index}] is {item}; token ids are in 0..2**64-1")
+    return ids
 
 
-def _float32(values: object) -> tuple[float, ...]:
-    """Logprobs rounded to binary32, the precision the digest covers, so the staged value is
-    exactly the hashed one; ``ValueError`` for anything but finite numbers."""
-    if isinstance(values, str | bytes | bytearray) or not isinstance(values, Sequence):
-        raise ValueError(
-            f"generated_logprobs must be a list of numbers, not {type(values).__name__}",
-        )
-    if set(map(type, values)) - {int, float}:
-        raise ValueError("generated_logprobs must hold only numbers")
-    # A finite double beyond binary32's range rounds to an infinity, which the check refuses.
-    return check_float32_values(array("f", values).tolist(), "generated_logprobs")
+def _exact_floats(value: object, name: str) -> list[float]:
+    """``value`` as a list of exact Python floats (an int, bool or numpy scalar is refused:
+    the digest hashes a float's binary32 rounding and must not guess what an int meant)."""
+    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a sequence of floats, not {type(value).__name__}")
+    floats = list(value)
+    for index, item in enumerate(floats):
+        if type(item) is not float:
+            raise TypeError(f"{name}[{index}] must be a float, not {type(item).__name__}")
+    return floats
 
 
 class RolloutTokenCapture:
-    """Builds, stages and acknowledges exact per-call token deltas for RL training."""
+    """Stages each admitted engine call through ``sink`` and answers with its commit coords.
+
+    ``weight_version_fn`` gives the version stamped at ``begin_call`` when the caller does not
+    pass one; ``adapter`` reads ids, logprobs and extras out of an engine answer for
+    ``complete_call_from_response`` (without one, only ``complete_call`` and ``fail_call``
+    work). The sink must be thread-safe: completions call it concurrently.
+    """
 
     def __init__(
         self,
-        sink: StagingSink,
-        adapter: CaptureAdapter,
-        weight_version: int,
         *,
-        max_rollouts: int = DEFAULT_MAX_ROLLOUTS,
+        sink: StagingSink,
+        weight_version_fn: WeightVersionProvider,
+        adapter: CaptureAdapter | None = None,
     ) -> None:
+        """``TypeError`` when the sink has no ``stage``, the provider is not callable, or the
+        adapter lacks one of the ``extract_*`` methods."""
         if not callable(getattr(sink, "stage", None)):
-            raise TypeError("sink must have a stage(record, *, attachments=None) method")
-        if isinstance(max_rollouts, bool) or not isinstance(max_rollouts, int) or max_rollouts < 1:
-            raise ValueError(f"max_rollouts must be an integer >= 1, not {max_rollouts!r}")
-        self.sink = sink
-        self.adapter = adapter
-        self.max_rollouts = max_rollouts
-        self._weight_version = self._check_weight_version(weight_version)
-        self._lock = threading.Lock()
-        self._rollouts: OrderedDict[str, dict[str, _StagedCall]] = OrderedDict()
-        self._in_flight: dict[str, PendingCall] = {}
+            raise TypeError(f"sink must have a stage() method, not {type(sink).__name__}")
+        if not callable(weight_version_fn):
+            raise TypeError("weight_version_fn must be a zero-argument callable")
+        if adapter is not None:
+            for name in ("extract_prompt_ids", "extract_generation", "extract_extras"):
+                if not callable(getattr(adapter, name, None)):
+                    raise TypeError(f"adapter {type(adapter).__name__} has no {name}()")
+        self._sink = sink
+        self._weight_version_fn = weight_version_fn
+        self._adapter = adapter
+
+    @property
+    def sink(self) -> StagingSink:
+        return self._sink
+
+    @property
+    def adapter(self) -> CaptureAdapter | None:
+        return self._adapter
+
+    def begin_call(
+        self,
+        admission: CaptureAdmission,
+        *,
+        prefix_token_ids: list[int] | None = None,
+        stream: bool = False,
+        weight_version: int | None = None,
+    ) -> ActiveCall:
+        """Check one admitted call and stamp its weight version (STAGING §1.5).
+
+        - ``admission`` must be a ``CaptureAdmission`` (``TypeError``); ``stream`` true raises
+          ``StreamingUnsupportedError`` (only complete answers are staged).
+        - ``text``: no prefix (``prefix_token_ids`` None or empty); resolved ``()``.
+        - ``token_in``: ``prefix_token_ids``, when given, must be a list of exact ints >= 0 of
+          length ``prev_len``, equal to the admission's inline prefix when that is non-empty;
+          when not given, the inline prefix is used and must be non-empty (an admission with
+          a ``staging_chain`` needs the caller's ids, fetched from its source).
+        - the version is ``weight_version`` when given (the engine owns the per-call
+          version), else ``weight_version_fn()``; it must be an exact int in 0..2**64-1.
+
+        Violations raise ``CaptureError`` and produce no coords; nothing is kept, so the call
+        is not poisoned by them.
+        """
+        if not isinstance(admission, CaptureAdmission):
+            raise TypeError(f"admission must be a CaptureAdmission, not {type(admission).__name__}")
+        key = staging_key(admission.rollout_id, admission.model_call_id)
+        if stream:
+            raise StreamingUnsupportedError(
+                f"call {key}: token capture stages complete answers only; stream must be false"
+            )
+        prefix = self._resolve_prefix(admission, prefix_token_ids, key)
+        version = self._resolve_weight_version(weight_version, key)
+        return ActiveCall(
+            admission=admission,
+            prefix_token_ids=prefix,
+            weight_version=version,
+            staging_key=key,
+        )
 
     @staticmethod
-    def _check_weight_version(value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U64_MAX:
-            raise ValueError(f"weight_version must be an integer in 0..2**64-1, not {value!r}")
-        return value
-
-    @property
-    def weight_version(self) -> int:
-        return self._weight_version
-
-    def set_weight_version(self, weight_version: int) -> None:
-        """Calls begun from now on carry this version (a call keeps the one it began with)."""
-        checked = self._check_weight_version(weight_version)
-        with self._lock:
-            self._weight_version = checked
-
-    def forget(self, rollout_id: str) -> None:
-        """Drop what is remembered of a rollout. Its later child calls recover it from the sink
-        when the sink can read records back (``DirectoryStagingSink`` can), else fail."""
-        with self._lock:
-            self._rollouts.pop(rollout_id, None)
-
-    @property
-    def remembered_rollouts(self) -> list[str]:
-        """The rollouts held in memory, least recently used first."""
-        with self._lock:
-            return list(self._rollouts)
-
-    def _remembered(self, rollout_id: str) -> dict[str, _StagedCall]:
-        """Under the lock: the rollout's calls, made most recent, least recent ones evicted."""
-        calls = self._rollouts.get(rollout_id)
-        if calls is None:
-            calls = self._rollouts[rollout_id] = {}
-            while len(self._rollouts) > self.max_rollouts:
-                self._rollouts.popitem(last=False)
-        else:
-            self._rollouts.move_to_end(rollout_id)
-        return calls
-
-    def _knows(self, rollout_id: str, model_call_id: str) -> bool:
-        with self._lock:
-            calls = self._rollouts.get(rollout_id)
-            return calls is not None and model_call_id in calls
-
-    def _recover(self, rollout_id: str) -> None:
-        """Remember a rollout's staged calls again from a sink that can read them back.
-
-        A worker that restarted (or evicted the rollout) would otherwise fail every later call
-        of it as ``unknown_parent``. What is read is verified as ``linearize`` would; a record
-        that does not verify is not trusted, and the call fails as before.
-        """
-        read = getattr(self.sink, "read", None)
-        if not callable(read):
-            return
-        try:
-            records = read(rollout_id)
-            verify_records(rollout_id, records)  # every digest, chain hash and link
-        except Exception as exc:
-            logger.warning(
-                "token capture: rollout %s not recovered from the sink: %s", rollout_id, exc
-            )
-            return
-        with self._lock:
-            calls = self._remembered(rollout_id)
-            for record in records:
-                calls.setdefault(
-                    record.model_call_id,
-                    _StagedCall(
-                        record.parent_model_call_id,
-                        record.prev_len,
-                        array("Q", record.token_ids),
-                        record.chain_hash,
-                    ),
+    def _resolve_prefix(
+        admission: CaptureAdmission, given: list[int] | None, key: str
+    ) -> tuple[int, ...]:
+        inline = admission.required_prefix_token_ids
+        if admission.mode == "text":
+            if given is not None and (not isinstance(given, list) or given):
+                raise CaptureError(f"call {key}: a text call takes no prefix ids")
+            return ()
+        if given is None:
+            if not inline:
+                raise CaptureError(
+                    f"call {key}: the admission's inline prefix is empty; pass prefix_token_ids "
+                    "(the concatenated token_ids_delta of its staging_chain)"
                 )
-
-    def _full_ids(self, calls: Mapping[str, _StagedCall], model_call_id: str) -> array[int]:
-        full: array[int] = array("Q")
-        for staged in lineage(calls, model_call_id):
-            del full[staged.prev_len :]
-            full.extend(staged.delta)
-        return full
-
-    # -- begin ---------------------------------------------------------------------------------
-
-    def begin_call(self, admission: Admission | Mapping[str, Any]) -> PendingCall:
-        """Admit one call (an ``Admission`` or its JSON object). Never raises."""
-        try:
-            return self._begin(admission)
-        except Exception as exc:  # the contract: never raise into the serving path
-            logger.exception("token capture: begin_call failed unexpectedly")
-            return PendingCall(
-                "", "", self._weight_version, None, f"{REASON_INTERNAL_ERROR}: {exc}"
+            return tuple(inline)
+        if not isinstance(given, list):
+            raise CaptureError(
+                f"call {key}: prefix_token_ids must be a list, not {type(given).__name__}"
             )
+        for index, item in enumerate(given):
+            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+                raise CaptureError(
+                    f"call {key}: prefix_token_ids[{index}] is {item!r}, not an int >= 0"
+                )
+        if len(given) != admission.prev_len:
+            raise CaptureError(
+                f"call {key}: {len(given)} prefix ids for prev_len {admission.prev_len}"
+            )
+        if inline and given != inline:
+            raise CaptureError(f"call {key}: prefix_token_ids differ from the inline prefix")
+        return tuple(given)
 
-    def _begin(self, admission: object) -> PendingCall:
-        weight_version = self._weight_version
-        if not isinstance(admission, Admission):
+    def _resolve_weight_version(self, given: int | None, key: str) -> int:
+        if given is None:
             try:
-                admission = Admission.from_json(admission)
-            except (ValueError, TypeError) as exc:
-                ids = admission if isinstance(admission, Mapping) else {}
-                rollout_id = ids.get("rollout_id")
-                model_call_id = ids.get("model_call_id")
-                return PendingCall(
-                    rollout_id if isinstance(rollout_id, str) else "",
-                    model_call_id if isinstance(model_call_id, str) else "",
-                    weight_version,
-                    None,
-                    f"{REASON_INVALID_ADMISSION}: {exc}",
-                )
-        assert isinstance(admission, Admission)
-
-        def pending(failure: str | None = None, **resolved: Any) -> PendingCall:
-            return PendingCall(
-                admission.rollout_id,
-                admission.model_call_id,
-                weight_version,
-                admission,
-                failure,
-                **resolved,
-            )
-
-        key = admission.staging_key
-        pinned = admission.required_prefix_token_ids
-        parent_id = admission.parent_model_call_id
-        if parent_id is not None and not self._knows(admission.rollout_id, parent_id):
-            self._recover(admission.rollout_id)  # reads the sink: outside the lock
-        with self._lock:
-            calls = self._rollouts.get(admission.rollout_id)
-            if calls is not None:
-                self._rollouts.move_to_end(admission.rollout_id)
-            if key in self._in_flight or (calls is not None and admission.model_call_id in calls):
-                return pending(f"{REASON_DUPLICATE_CALL}: {key} was already begun or staged")
-            if parent_id is None:
-                # A root inherits nothing, even with a pinned prefix: its record holds the whole
-                # prompt (prev_len 0), since no parent record holds the pinned ids.
-                call = pending(_prefix=pinned or ())
-            elif calls is None or parent_id not in calls:
-                return pending(
-                    f"{REASON_UNKNOWN_PARENT}: parent {parent_id} of {key} is neither remembered "
-                    "by this capture nor staged (verifiably) in its sink",
-                )
-            else:
-                parent = calls[parent_id]
-                parent_full = self._full_ids(calls, parent_id)
-                if pinned is None:
-                    prefix = tuple(parent_full)
-                elif len(pinned) > len(parent_full) or tuple(parent_full[: len(pinned)]) != pinned:
-                    # The pin may cut into the parent's ids (a dropped reasoning tail, say),
-                    # but what it keeps must be exactly what the parent saw and produced.
-                    at = _first_difference(parent_full, pinned)
-                    return pending(
-                        f"{REASON_PARENT_PREFIX_MISMATCH}: the pinned prefix "
-                        f"({len(pinned)} ids) is not a prefix of parent {parent_id}'s "
-                        f"{len(parent_full)} ids (first difference at {at})",
-                    )
-                else:
-                    prefix = pinned
-                call = pending(
-                    _prefix=prefix,
-                    _prev_len=len(prefix),
-                    _parent_chain_hash=parent.chain_hash,
-                )
-            self._in_flight[key] = call
-            return call
-
-    # -- complete ------------------------------------------------------------------------------
-
-    def fail_call(self, call: PendingCall, reason: str) -> CommitCoords:
-        """End a call that will not be staged (the engine failed, the client went away)."""
-        try:
-            self._release(call)
-            rollout_id, model_call_id = self._ids(call)
-            return CommitCoords.failed(
-                REASON_CALL_FAILED,
-                str(reason) or "no reason given",
-                rollout_id=rollout_id,
-                model_call_id=model_call_id,
-            )
-        except Exception as exc:
-            logger.exception("token capture: fail_call failed unexpectedly")
-            return CommitCoords.failed(REASON_INTERNAL_ERROR, str(exc))
-
-    def complete_call_from_response(
-        self,
-        call: PendingCall,
-        response: Mapping[str, Any],
-        *,
-        attachments: Mapping[str, Any] | None = None,
-    ) -> CommitCoords:
-        """Extract the ids through the adapter, then ``complete_call``. Never raises."""
-        try:
-            prompt_ids = self.adapter.extract_prompt_ids(response)
-            generated_ids, logprobs = self.adapter.extract_generation(response)
-            extras = self.adapter.extract_extras(response)
-        except Exception as exc:
-            return self._fail(call, REASON_EXTRACTION_FAILED, f"{type(exc).__name__}: {exc}")
-        return self.complete_call(
-            call,
-            prompt_token_ids=prompt_ids,
-            generated_token_ids=generated_ids,
-            generated_logprobs=logprobs,
-            extras=extras,
-            attachments=attachments,
-        )
+                given = self._weight_version_fn()
+            except Exception as exc:
+                raise CaptureError(f"call {key}: weight_version_fn failed: {exc!r}") from exc
+        if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given <= _U64_MAX:
+            raise CaptureError(f"call {key}: weight_version {given!r} is not an int >= 0")
+        return given
 
     def complete_call(
         self,
-        call: PendingCall,
+        call: ActiveCall,
         *,
         prompt_token_ids: Sequence[int],
         generated_token_ids: Sequence[int],
         generated_logprobs: Sequence[float],
-        extras: Mapping[str, Any] | None = None,
+        extras: Any = None,
         attachments: Mapping[str, Any] | None = None,
     ) -> CommitCoords:
-        """Stage the call's delta and return its coords. Never raises.
+        """Stage the call from the engine's exact ids; ``staged`` or ``capture_failed`` coords.
 
-        ``attachments`` is handed to the sink only when it is a mapping; it never enters the
-        record, its extras or any digest. A sink that takes no ``attachments`` keyword fails the
-        capture; the write is not retried without them.
+        The record is ``prompt_token_ids[prev_len:]`` (mask 0.0, logprob 0.0) then the
+        generated ids (mask 1.0, their logprobs, kept as the float64 values given) (STAGING
+        §2.1). ``capture_failed`` when the prompt does not start with the resolved prefix, it
+        is shorter than ``prev_len``, the generated ids and logprobs differ in length, the
+        delta is empty, an id is not an exact int, a logprob not an exact finite float in
+        float32 range, the extras not digestible (§2.3), or the sink fails (raises, returns
+        something other than a ``StageResult``, says ``ok: false``, or takes no
+        ``attachments`` keyword when attachments are given). ``attachments`` (a mapping, even
+        empty) is handed to the sink as the ``attachments`` keyword; ``None`` omits it.
+        ``CaptureError`` when the call was already completed.
         """
+        self._check_call(call)
+        call._claim()
         try:
-            return self._complete(
-                call,
-                prompt_token_ids,
-                generated_token_ids,
-                generated_logprobs,
-                extras,
-                attachments,
+            record = _build_record(
+                call, prompt_token_ids, generated_token_ids, generated_logprobs, extras
             )
         except Exception as exc:
-            logger.exception("token capture: complete_call failed unexpectedly")
-            return self._fail(call, REASON_INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            return self._failed(call, f"the staged record cannot be built: {exc}")
+        return self._stage(call, record, attachments)
 
-    def _complete(
+    def complete_call_from_response(
         self,
-        call: PendingCall,
-        prompt_token_ids: object,
-        generated_token_ids: object,
-        generated_logprobs: object,
-        extras: object,
-        attachments: object,
+        call: ActiveCall,
+        payload: Any,
+        *,
+        attachments: Mapping[str, Any] | None = None,
     ) -> CommitCoords:
-        if not isinstance(call, PendingCall):
-            return CommitCoords.failed(
-                REASON_INVALID_INPUT,
-                f"call must be the PendingCall begin_call returned, not {type(call).__name__}",
+        """``complete_call`` with the ids, logprobs and extras the adapter reads from the
+        engine's answer ``payload``. ``CaptureError`` (raised, the call left open) when the
+        capture has no adapter or the call was already completed; an extraction error is
+        ``capture_failed``."""
+        self._check_call(call)
+        adapter = self._adapter
+        if adapter is None:
+            raise CaptureError(
+                f"call {call.staging_key}: complete_call_from_response needs an adapter; "
+                "use complete_call or fail_call"
             )
-        if call.failure is not None:
-            self._release(call)
-            code, _, detail = call.failure.partition(": ")
-            return self._coords_failed(call, code, detail)
-        with self._lock:
-            if self._in_flight.get(call.staging_key) is not call:
-                return self._coords_failed(
-                    call,
-                    REASON_NOT_IN_FLIGHT,
-                    f"{call.staging_key} was already completed or was not begun by this capture",
-                )
+        call._claim()
         try:
-            prompt = check_token_ids(prompt_token_ids, "prompt_token_ids")
-            generated = check_token_ids(generated_token_ids, "generated_token_ids")
-            logprobs = _float32(generated_logprobs)
-            if len(logprobs) != len(generated):
-                raise ValueError(
-                    f"generated_logprobs has {len(logprobs)} values for {len(generated)} "
-                    "generated ids",
-                )
-            if extras is not None and not isinstance(extras, Mapping):
-                raise ValueError(f"extras must be a mapping or None, not {type(extras).__name__}")
-            if attachments is not None and not isinstance(attachments, Mapping):
-                raise ValueError(
-                    f"attachments must be a mapping or None, not {type(attachments).__name__}",
-                )
-        except (ValueError, OverflowError, TypeError) as exc:
-            return self._fail(call, REASON_INVALID_INPUT, str(exc))
-
-        prefix = call._prefix
-        if prompt[: len(prefix)] != prefix:
-            at = _first_difference(prefix, prompt)
-            code = (
-                REASON_REQUIRED_PREFIX_MISMATCH
-                if call.admission is not None and call.admission.required_prefix_token_ids
-                else REASON_PARENT_PREFIX_MISMATCH
-            )
-            what = "the pinned prefix" if code == REASON_REQUIRED_PREFIX_MISMATCH else "its parent"
-            return self._fail(
-                call,
-                code,
-                f"the prompt ({len(prompt)} ids) does not start with the {len(prefix)} ids of "
-                f"{what} (first difference at {at})",
-            )
-        prev_len = call._prev_len
-        prompt_delta = prompt[prev_len:]
-        try:
-            record = StagedCallRecord.create(
-                rollout_id=call.rollout_id,
-                model_call_id=call.model_call_id,
-                parent_model_call_id=(
-                    call.admission.parent_model_call_id if call.admission is not None else None
-                ),
-                parent_chain_hash=call._parent_chain_hash,
-                prev_len=prev_len,
-                token_ids=prompt_delta + generated,
-                loss_mask=(0,) * len(prompt_delta) + (1,) * len(generated),
-                logprobs=(0.0,) * len(prompt_delta) + logprobs,
-                weight_version=call.weight_version,
-                extras=extras,
-            )
-        except ValueError as exc:
-            return self._fail(call, REASON_INVALID_INPUT, str(exc))
-
-        try:
-            if attachments is None:
-                self.sink.stage(record)
-            else:
-                self.sink.stage(record, attachments=attachments)
+            prompt = adapter.extract_prompt_ids(payload)
+            generated, logprobs = adapter.extract_generation(payload)
+            extras = adapter.extract_extras(payload)
         except Exception as exc:
-            detail = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, TypeError) and attachments is not None:
-                detail += " (does the sink's stage() take the attachments keyword?)"
-            return self._fail(call, REASON_SINK_FAILED, detail)
+            return self._failed(call, f"the adapter could not read the engine answer: {exc!r}")
+        try:
+            record = _build_record(call, prompt, generated, logprobs, extras)
+        except Exception as exc:
+            return self._failed(call, f"the staged record cannot be built: {exc}")
+        return self._stage(call, record, attachments)
 
-        staged = _StagedCall(
-            parent_model_call_id=record.parent_model_call_id,
-            prev_len=record.prev_len,
-            delta=array("Q", record.token_ids),
-            chain_hash=record.chain_hash,
-        )
-        with self._lock:
-            self._in_flight.pop(call.staging_key, None)
-            self._remembered(call.rollout_id)[call.model_call_id] = staged
-        return record.coords()
-
-    # -- failure helpers -----------------------------------------------------------------------
+    def fail_call(self, call: ActiveCall, *, reason: str) -> CommitCoords:
+        """The engine failed before anything could be staged: ``capture_failed`` coords (the
+        reason is only logged; the wire has no field for it). ``CaptureError`` when the call
+        was already completed."""
+        self._check_call(call)
+        call._claim()
+        return self._failed(call, f"the call failed before staging: {reason}")
 
     @staticmethod
-    def _ids(call: object) -> tuple[str, str]:
-        if isinstance(call, PendingCall):
-            return call.rollout_id, call.model_call_id
-        return "", ""
+    def _check_call(call: object) -> None:
+        if not isinstance(call, ActiveCall):
+            raise TypeError(f"call must be an ActiveCall from begin_call, not {type(call)}")
 
-    def _release(self, call: object) -> None:
-        if not isinstance(call, PendingCall):
-            return
-        with self._lock:
-            if self._in_flight.get(call.staging_key) is call:
-                del self._in_flight[call.staging_key]
+    def _stage(
+        self,
+        call: ActiveCall,
+        record: StagedCallRecord,
+        attachments: Mapping[str, Any] | None,
+    ) -> CommitCoords:
+        try:
+            if attachments is None:
+                result: object = self._sink.stage(record)
+            elif not isinstance(attachments, Mapping):
+                return self._failed(
+                    call, f"attachments must be a mapping, not {type(attachments).__name__}"
+                )
+            else:
+                # Only with attachments: a legacy stage(record) sink keeps working for text
+                # calls, and refuses (TypeError) rather than drops what it cannot store.
+                result = self._sink.stage(record, attachments=attachments)
+        except Exception as exc:
+            return self._failed(call, f"the sink raised {exc!r}")
+        if not isinstance(result, StageResult):
+            return self._failed(call, f"the sink returned {type(result).__name__}, not StageResult")
+        if not result.ok or result.staging_key is None:
+            return self._failed(call, f"the sink refused the record: {result.error}")
+        try:
+            return CommitCoords(
+                rollout_id=record.rollout_id,
+                model_call_id=record.model_call_id,
+                parent_call_id=record.parent_call_id,
+                prev_len=record.prev_len,
+                delta_len=record.delta_len,
+                cum_len=record.cum_len,
+                weight_version=record.weight_version,
+                disposition="staged",
+                digest=record.digest,
+                extras_digest=record.extras_digest,
+                staging_key=result.staging_key,
+                chain_hash=record.chain_hash,
+                cumulative_hash=record.cumulative_hash,
+            )
+        except Exception as exc:  # pragma: no cover - a validated record always fits
+            return self._failed(call, f"the commit coordinates cannot be built: {exc}")
 
-    def _coords_failed(self, call: object, code: str, detail: str) -> CommitCoords:
-        rollout_id, model_call_id = self._ids(call)
-        coords = CommitCoords.failed(
-            code,
-            detail or "no detail",
-            rollout_id=rollout_id,
-            model_call_id=model_call_id,
+    @staticmethod
+    def _failed(call: ActiveCall, reason: str) -> CommitCoords:
+        admission = call.admission
+        logger.warning(
+            "capture_failed: rollout %r call %r: %s",
+            admission.rollout_id,
+            admission.model_call_id,
+            reason,
         )
-        logger.warning("token capture failed for %s: %s", coords.staging_key, coords.reason)
-        return coords
+        return CommitCoords(
+            rollout_id=admission.rollout_id,
+            model_call_id=admission.model_call_id,
+            parent_call_id=admission.parent_call_id,
+            prev_len=admission.prev_len,
+            delta_len=0,
+            cum_len=admission.prev_len,
+            weight_version=call.weight_version,
+            disposition="capture_failed",
+        )
 
-    def _fail(self, call: object, code: str, detail: str) -> CommitCoords:
-        self._release(call)
-        return self._coords_failed(call, code, detail)
+
+def _build_record(
+    call: ActiveCall,
+    prompt_token_ids: object,
+    generated_token_ids: object,
+    generated_logprobs: object,
+    extras: object,
+) -> StagedCallRecord:
+    """The staged record of STAGING §2.1; ``TypeError``/``ValueError`` saying why not."""
+    admission = call.admission
+    prompt = _exact_ids(prompt_token_ids, "prompt_token_ids")
+    generated = _exact_ids(generated_token_ids, "generated_token_ids")
+    logprobs = _exact_floats(generated_logprobs, "generated_logprobs")
+    prev = admission.prev_len
+    if len(prompt) < prev:
+        raise ValueError(f"the prompt has {len(prompt)} ids, fewer than prev_len {prev}")
+    # Compared as a tuple slice: a copy of prev ids, not of the whole prompt.
+    if tuple(prompt[:prev]) != call.prefix_token_ids:
+        raise ValueError("the prompt does not start with the resolved prefix ids")
+    if len(generated) != len(logprobs):
+        raise ValueError(f"{len(generated)} generated ids but {len(logprobs)} logprobs")
+    carry = len(prompt) - prev
+    token_ids_delta = prompt[prev:] + generated
+    if not token_ids_delta:
+        raise ValueError("the delta is empty: no new prompt ids and no generated ids")
+    fields: dict[str, Any] = {
+        "schema_version": STAGING_SCHEMA_VERSION,
+        "digest_version": STAGING_DIGEST_VERSION,
+        "extras_digest_version": EXTRAS_DIGEST_VERSION,
+        "rollout_id": admission.rollout_id,
+        "model_call_id": admission.model_call_id,
+        "parent_call_id": admission.parent_call_id,
+        "mode": admission.mode,
+        "prev_len": prev,
+        "delta_len": len(token_ids_delta),
+        "cum_len": prev + len(token_ids_delta),
+        "weight_version": call.weight_version,
+        "token_ids_delta": token_ids_delta,
+        "token_mask_delta": [0.0] * carry + [1.0] * len(generated),
+        "generation_log_probs_delta": [0.0] * carry + logprobs,
+        "extras_digest": compute_extras_digest(extras),
+        "chain_hash": compute_chain_hash(admission.parent_chain_hash, token_ids_delta),
+        "cumulative_hash": hash_token_ids(prompt + generated),
+    }
+    digest = compute_staging_digest(**fields)
+    # Validated as a reader would validate it (digests recomputed): what is staged parses.
+    return StagedCallRecord.model_validate({**fields, "digest": digest, "extras": extras})
+
+
+class CaptureServingLayer(Protocol):
+    """A serving layer a capture can be installed on (``install_capture``)."""
+
+    def install_token_capture(self, capture: RolloutTokenCapture) -> None: ...
+
+
+class CaptureHost:
+    """The minimal serving layer: it holds the installed capture in ``capture``."""
+
+    def __init__(self) -> None:
+        self.capture: RolloutTokenCapture | None = None
+
+    def install_token_capture(self, capture: RolloutTokenCapture) -> None:
+        """Install ``capture`` (replacing any earlier one); ``TypeError`` for anything else."""
+        if not isinstance(capture, RolloutTokenCapture):
+            raise TypeError(f"capture must be a RolloutTokenCapture, not {type(capture).__name__}")
+        self.capture = capture
+
+
+def install_capture(
+    serving_layer: CaptureServingLayer,
+    *,
+    sink: StagingSink,
+    weight_version_fn: WeightVersionProvider,
+    adapter: CaptureAdapter | None = None,
+) -> RolloutTokenCapture:
+    """Build a ``RolloutTokenCapture`` and install it on ``serving_layer`` (STAGING §5.1).
+
+    ``TypeError`` when the sink has no ``stage``, the provider is not callable, or the layer
+    has no ``install_token_capture(capture)``; nothing is installed then.
+    """
+    if not callable(getattr(sink, "stage", None)):
+        raise TypeError(f"sink must have a stage() method, not {type(sink).__name__}")
+    if not callable(weight_version_fn):
+        raise TypeError("weight_version_fn must be a zero-argument callable")
+    install = getattr(serving_layer, "install_token_capture", None)
+    if not callable(install):
+        raise TypeError(
+            f"serving layer {type(serving_layer).__name__} has no install_token_capture(capture)"
+        )
+    capture = RolloutTokenCapture(sink=sink, weight_version_fn=weight_version_fn, adapter=adapter)
+    install(capture)
+    return capture

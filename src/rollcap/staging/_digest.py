@@ -1,15 +1,12 @@
-"""Digests of staged calls: the byte encoding and the three SHA-256 hashes over it.
+"""The staging digests: the byte encodings and the four SHA-256 hashes of NeMo Gym 0.7.0.
 
-The encoding is specified in ``docs/staging-digest.md``, precisely enough to reimplement; the
-golden vectors there are checked against this module by the tests. Every hash starts with its own
-domain string, so a call digest can never be mistaken for an extras digest or a chain hash even
-when their remaining bytes coincide; every variable-length field carries its length, so no two
-different inputs share a preimage.
+Every hash starts with its own raw ASCII domain and hashes a body built from length-prefixed
+fields (STAGING §3), so a digest of one kind can never be mistaken for another and no two
+different inputs share a preimage. Integers are big-endian; token ids are uint64; masks and
+logprobs are hashed as their IEEE-754 binary32 bit patterns (the stored value keeps float64, so
+two logprobs with one float32 value digest alike); extras floats as binary64.
 
-Token ids are encoded as uint64 and masks and logprobs as IEEE-754 binary32 bit patterns, all
-big-endian. Values are validated before they are hashed (see ``_records``): the functions here
-assume well-formed input, except the extras encoder, which refuses anything it cannot encode
-one way only.
+The golden vectors of STAGING §3.4-3.6 are reproduced by ``tests/staging/test_digest.py``.
 """
 
 from __future__ import annotations
@@ -27,46 +24,61 @@ __all__ = [
     "CHAIN_HASH_DOMAIN",
     "EMPTY_EXTRAS_DIGEST",
     "EXTRAS_DIGEST_DOMAIN",
-    "ROOT_CHAIN_HASH",
-    "call_digest",
-    "chain_hash",
+    "EXTRAS_DIGEST_VERSION",
+    "PREFIX_HASH_DOMAIN",
+    "STAGING_DIGEST_VERSION",
+    "STAGING_SCHEMA_VERSION",
+    "compute_chain_hash",
+    "compute_extras_digest",
+    "compute_staging_digest",
+    "digest_fields",
     "encode_extras",
     "encode_float32s",
     "encode_token_ids",
-    "extras_digest",
-    "is_digest_hex",
+    "hash_token_ids",
+    "is_hex64",
 ]
 
-CALL_DIGEST_DOMAIN = "rollcap.staging.call.v1"
-EXTRAS_DIGEST_DOMAIN = "rollcap.staging.extras.v1"
-CHAIN_HASH_DOMAIN = "rollcap.staging.chain.v1"
+STAGING_SCHEMA_VERSION = 2
+STAGING_DIGEST_VERSION = 2
+EXTRAS_DIGEST_VERSION = 1
 
-# The parent chain hash of a call that has no parent: 32 zero bytes. No SHA-256 output is known
-# to be all zeros, so a root can never be confused with a real parent.
-ROOT_CHAIN_HASH = "0" * 64
+CALL_DIGEST_DOMAIN = b"nemo-gym-staging-call-v2"
+EXTRAS_DIGEST_DOMAIN = b"nemo-gym-staging-extras-v1"
+CHAIN_HASH_DOMAIN = b"nemo-gym-staging-chain-v1"
+PREFIX_HASH_DOMAIN = b"nemo-gym-staging-prefix-v2"
 
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _F64 = struct.Struct(">d")
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
-
-_TAG_NULL = b"\x00"
-_TAG_FALSE = b"\x01"
-_TAG_TRUE = b"\x02"
-_TAG_INT = b"\x03"
-_TAG_FLOAT = b"\x04"
-_TAG_STR = b"\x05"
-_TAG_LIST = b"\x06"
-_TAG_MAP = b"\x07"
-
+_U64_MAX = 2**64 - 1
 _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
+_F32_MAX = 3.4028234663852886e38
+_HEX = frozenset("0123456789abcdef")
 # Nesting deeper than this is refused rather than risking the interpreter's recursion limit.
 _MAX_DEPTH = 64
+# The presence marker before the chain and cumulative hashes: frozen at 1 by the format.
+_PRESENT = b"\x01"
 
 
-def _u64(value: int) -> bytes:
-    return _U64.pack(value)
+def is_hex64(value: object) -> bool:
+    """Whether ``value`` is 64 lowercase hex digits (a SHA-256 as the wire writes it)."""
+    return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
+
+
+def _exact_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, not {type(value).__name__}")
+    return value
+
+
+def _u64(value: object, name: str) -> bytes:
+    number = _exact_int(value, name)
+    if not 0 <= number <= _U64_MAX:
+        raise ValueError(f"{name} must be in 0..2**64-1, not {number}")
+    return _U64.pack(number)
 
 
 def _text(value: str) -> bytes:
@@ -74,144 +86,231 @@ def _text(value: str) -> bytes:
     return _U64.pack(len(data)) + data
 
 
-def _optional_text(value: str | None) -> bytes:
-    return b"\x00" if value is None else b"\x01" + _text(value)
+def _bytes(data: bytes) -> bytes:
+    return _U64.pack(len(data)) + data
 
 
-def encode_token_ids(token_ids: Sequence[int]) -> bytes:
-    """Count (uint64) then each id as uint64, big-endian."""
-    packed = array("Q", token_ids)
+def encode_token_ids(ids: Sequence[int]) -> bytes:
+    """``u64(count)`` then each id as ``u64``; ``ValueError`` for a non-int or out-of-range id."""
+    for index, value in enumerate(ids):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"token id {index} must be an integer, not {type(value).__name__}")
+    try:
+        packed = array("Q", ids)
+    except OverflowError:
+        bad = next(i for i, v in enumerate(ids) if not 0 <= v <= _U64_MAX)
+        raise ValueError(f"token id {bad} must be in 0..2**64-1, not {ids[bad]}") from None
     if not _BIG_ENDIAN_HOST:
         packed.byteswap()
-    return _U64.pack(len(packed)) + packed.tobytes()
+    return _U64.pack(len(ids)) + packed.tobytes()
 
 
-def encode_float32s(values: Sequence[float]) -> bytes:
-    """Count (uint64) then each value's binary32 bit pattern, big-endian.
-
-    Callers pass values that are exactly representable in binary32 (``_records`` checks), so
-    the narrowing here never rounds.
-    """
+def encode_float32s(values: Sequence[float], name: str = "value") -> bytes:
+    """``u64(count)`` then each value's binary32 pattern; exact, finite, in range floats only."""
+    for index, value in enumerate(values):
+        if type(value) is not float:
+            raise TypeError(f"{name} {index} must be a float, not {type(value).__name__}")
+        if not math.isfinite(value) or abs(value) > _F32_MAX:
+            raise ValueError(f"{name} {index} must be finite and within float32 range: {value}")
     packed = array("f", values)
     if not _BIG_ENDIAN_HOST:
         packed.byteswap()
-    return _U64.pack(len(packed)) + packed.tobytes()
+    return _U64.pack(len(values)) + packed.tobytes()
 
 
-def _sha256_hex(domain: str, *parts: bytes) -> str:
-    hasher = hashlib.sha256(_text(domain))
-    for part in parts:
-        hasher.update(part)
-    return hasher.hexdigest()
+def hash_token_ids(ids: Sequence[int]) -> str:
+    """The prefix hash of a full id sequence (a record's ``cumulative_hash``)."""
+    return hashlib.sha256(PREFIX_HASH_DOMAIN + encode_token_ids(ids)).hexdigest()
 
 
-def call_digest(
+def compute_chain_hash(parent_chain_hash: str | None, token_ids_delta: Sequence[int]) -> str:
+    """A call's chain hash: its parent's (none for a root) extended by its own delta ids."""
+    if parent_chain_hash is None:
+        link = b"\x00"
+    elif is_hex64(parent_chain_hash):
+        link = b"\x01" + bytes.fromhex(parent_chain_hash)
+    else:
+        raise ValueError("parent_chain_hash must be 64 lowercase hex digits")
+    return hashlib.sha256(CHAIN_HASH_DOMAIN + link + encode_token_ids(token_ids_delta)).hexdigest()
+
+
+def encode_extras(value: object) -> bytes:
+    """The tagged encoding of an extras value (STAGING §3.3); ``ValueError``/``TypeError`` for
+    anything that has no single encoding (tuples, bytes, NaN, big ints, non-string keys)."""
+    out = bytearray()
+    _encode(value, out, 0)
+    return bytes(out)
+
+
+def _encode(value: object, out: bytearray, depth: int) -> None:
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"extras nest deeper than {_MAX_DEPTH} levels")
+    kind = type(value)
+    if value is None:
+        out += b"N"
+    elif kind is bool:
+        out += b"B\x01" if value else b"B\x00"
+    elif kind is int:
+        assert isinstance(value, int)
+        if not _I64_MIN <= value <= _I64_MAX:
+            raise ValueError(f"an extras integer must fit in signed 64 bits: {value}")
+        out += b"I" + _I64.pack(value)
+    elif kind is float:
+        assert isinstance(value, float)
+        if not math.isfinite(value):
+            raise ValueError(f"an extras float must be finite: {value}")
+        out += b"F" + _F64.pack(value)
+    elif kind is str:
+        assert isinstance(value, str)
+        out += b"S" + _text(value)
+    elif kind is list:
+        assert isinstance(value, list)
+        out += b"L" + _U64.pack(len(value))
+        for item in value:
+            _encode(item, out, depth + 1)
+    elif kind is dict:
+        assert isinstance(value, dict)
+        for key in value:
+            if type(key) is not str:
+                raise TypeError(f"extras keys must be strings, not {type(key).__name__}")
+        out += b"D" + _U64.pack(len(value))
+        for key in sorted(value, key=lambda k: k.encode("utf-8")):
+            out += _text(key)
+            _encode(value[key], out, depth + 1)
+    else:
+        raise TypeError(f"extras cannot hold a {kind.__name__}")
+
+
+def compute_extras_digest(extras: object) -> str:
+    """The digest of a call's extras; null and ``{}`` differ."""
+    body = bytes([EXTRAS_DIGEST_VERSION]) + encode_extras(extras)
+    return hashlib.sha256(EXTRAS_DIGEST_DOMAIN + body).hexdigest()
+
+
+EMPTY_EXTRAS_DIGEST = compute_extras_digest(None)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _version(value: object, expected: int, name: str) -> None:
+    _require(
+        not isinstance(value, bool) and isinstance(value, int) and value == expected,
+        f"{name} must be {expected}, not {value!r}",
+    )
+
+
+def compute_staging_digest(
     *,
+    schema_version: int,
+    digest_version: int,
+    extras_digest_version: int,
     rollout_id: str,
     model_call_id: str,
-    parent_model_call_id: str | None,
+    parent_call_id: str | None,
+    mode: str,
     prev_len: int,
+    delta_len: int,
+    cum_len: int,
     weight_version: int,
-    token_ids: Sequence[int],
-    loss_mask: Sequence[int],
-    logprobs: Sequence[float],
+    token_ids_delta: Sequence[int],
+    token_mask_delta: Sequence[float],
+    generation_log_probs_delta: Sequence[float],
+    extras_digest: str,
+    chain_hash: str,
+    cumulative_hash: str,
+    **ignored: Any,
 ) -> str:
-    """The digest of one staged call's identity, position and token delta (hex).
+    """The call digest over a staged record's fields 1-18 (STAGING §3.2).
 
-    ``prev_len`` is covered so that the digest alone pins where the delta sits in the chain;
-    the identity fields are covered so that a record cannot be moved to another call unseen.
+    Refuses (``ValueError``; ``TypeError`` for a value that is not a float in a float column)
+    before hashing whatever a record must never hold: other versions,
+    empty ids, a root that is not ``text`` at 0 or a child that is not ``token_in`` past 0, an
+    empty or mis-sized delta, unequal columns, a mask other than 0.0/1.0, a non-zero carry
+    logprob, ``cum_len`` other than ``prev_len + delta_len``, a malformed hash. Keywords other
+    than the digested fields (``digest``, ``extras``) are accepted and ignored, so a record's
+    whole JSON can be passed.
     """
-    return _sha256_hex(
-        CALL_DIGEST_DOMAIN,
-        _text(rollout_id),
-        _text(model_call_id),
-        _optional_text(parent_model_call_id),
-        _u64(prev_len),
-        _u64(weight_version),
-        encode_token_ids(token_ids),
-        encode_float32s([float(m) for m in loss_mask]),
-        encode_float32s(logprobs),
+    _version(schema_version, STAGING_SCHEMA_VERSION, "schema_version")
+    _version(digest_version, STAGING_DIGEST_VERSION, "digest_version")
+    _version(extras_digest_version, EXTRAS_DIGEST_VERSION, "extras_digest_version")
+    for name, value in (("rollout_id", rollout_id), ("model_call_id", model_call_id)):
+        _require(isinstance(value, str) and value != "", f"{name} must be a non-empty string")
+    _require(
+        parent_call_id is None or (isinstance(parent_call_id, str) and parent_call_id != ""),
+        "parent_call_id must be null or a non-empty string",
     )
-
-
-def _encode_value(value: object, out: list[bytes], path: str, depth: int) -> None:
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"extras nested deeper than {_MAX_DEPTH} levels at {path}")
-    # bool before int: bool is an int subclass, and True must not hash like 1.
-    if value is None:
-        out.append(_TAG_NULL)
-    elif value is True:
-        out.append(_TAG_TRUE)
-    elif value is False:
-        out.append(_TAG_FALSE)
-    elif isinstance(value, int):
-        if not _I64_MIN <= value <= _I64_MAX:
-            raise ValueError(f"extras integer at {path} is outside the int64 range")
-        out.append(_TAG_INT + _I64.pack(value))
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"extras float at {path} is {value!r}: NaN and infinities are refused")
-        out.append(_TAG_FLOAT + _F64.pack(value))
-    elif isinstance(value, str):
-        out.append(_TAG_STR + _text(value))
-    elif isinstance(value, list | tuple):
-        out.append(_TAG_LIST + _u64(len(value)))
-        for index, item in enumerate(value):
-            _encode_value(item, out, f"{path}[{index}]", depth + 1)
-    elif isinstance(value, Mapping):
-        _encode_map(value, out, path, depth)
+    _require(mode in ("text", "token_in"), f"mode must be text or token_in, not {mode!r}")
+    prev = _exact_int(prev_len, "prev_len")
+    if parent_call_id is None:
+        _require(mode == "text" and prev == 0, "a root call must be mode text with prev_len 0")
     else:
-        raise ValueError(
-            f"extras value at {path} has type {type(value).__name__}: only null, bool, int, "
-            "float, str, list and str-keyed maps can be staged",
+        _require(mode == "token_in" and prev > 0, "a child call must be token_in with prev_len > 0")
+    delta = _exact_int(delta_len, "delta_len")
+    _require(delta > 0, "delta_len must be > 0")
+    _require(delta == len(token_ids_delta), "delta_len must equal the number of token ids")
+    _require(
+        len(token_mask_delta) == delta and len(generation_log_probs_delta) == delta,
+        "token_ids_delta, token_mask_delta and generation_log_probs_delta must have one length",
+    )
+    for index, (mask, logprob) in enumerate(
+        zip(token_mask_delta, generation_log_probs_delta, strict=True)
+    ):
+        _require(mask in (0.0, 1.0), f"token_mask_delta {index} must be 0.0 or 1.0")
+        _require(mask == 1.0 or logprob == 0.0, f"carry logprob {index} must be 0.0")
+    _require(_exact_int(cum_len, "cum_len") == prev + delta, "cum_len must be prev_len + delta_len")
+    for name, value in (
+        ("extras_digest", extras_digest),
+        ("chain_hash", chain_hash),
+        ("cumulative_hash", cumulative_hash),
+    ):
+        _require(is_hex64(value), f"{name} must be 64 lowercase hex digits")
+    body = b"".join(
+        (
+            CALL_DIGEST_DOMAIN,
+            bytes((STAGING_SCHEMA_VERSION, STAGING_DIGEST_VERSION, EXTRAS_DIGEST_VERSION)),
+            _text(rollout_id),
+            _text(model_call_id),
+            b"\x00" if parent_call_id is None else b"\x01" + _text(parent_call_id),
+            _text(mode),
+            _u64(prev, "prev_len"),
+            _u64(delta, "delta_len"),
+            _u64(cum_len, "cum_len"),
+            _u64(weight_version, "weight_version"),
+            _bytes(encode_token_ids(token_ids_delta)),
+            _bytes(encode_float32s(token_mask_delta, "token_mask_delta")),
+            _bytes(encode_float32s(generation_log_probs_delta, "generation_log_probs_delta")),
+            bytes.fromhex(extras_digest),
+            _PRESENT + bytes.fromhex(chain_hash),
+            _PRESENT + bytes.fromhex(cumulative_hash),
         )
-
-
-def _encode_map(value: Mapping[Any, Any], out: list[bytes], path: str, depth: int) -> None:
-    keys: list[tuple[bytes, str]] = []
-    for key in value:
-        if not isinstance(key, str):
-            raise ValueError(f"extras map at {path} has a non-string key {key!r}")
-        keys.append((key.encode("utf-8"), key))
-    keys.sort()
-    out.append(_TAG_MAP + _u64(len(keys)))
-    for encoded, key in keys:
-        out.append(_U64.pack(len(encoded)) + encoded)
-        _encode_value(value[key], out, f"{path}.{key}", depth + 1)
-
-
-def encode_extras(extras: Mapping[str, object]) -> bytes:
-    """The typed encoding of an extras map; ``ValueError`` for anything not encodable."""
-    if not isinstance(extras, Mapping):
-        raise ValueError(f"extras must be a map, not {type(extras).__name__}")
-    out: list[bytes] = []
-    try:
-        _encode_map(extras, out, "extras", 0)
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"extras hold a string that is not valid Unicode: {exc}") from None
-    return b"".join(out)
-
-
-def extras_digest(extras: Mapping[str, object]) -> str:
-    return _sha256_hex(EXTRAS_DIGEST_DOMAIN, encode_extras(extras))
-
-
-EMPTY_EXTRAS_DIGEST = extras_digest({})
-
-
-def is_digest_hex(value: object) -> bool:
-    """A digest in its one canonical spelling: 64 lowercase hex digits."""
-    return (
-        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
     )
+    return hashlib.sha256(body).hexdigest()
 
 
-def chain_hash(*, parent_chain_hash: str, prev_len: int, digest: str, extras_digest: str) -> str:
-    """Chain one call onto its parent: the parent's chain hash, prev_len and both digests."""
-    return _sha256_hex(
-        CHAIN_HASH_DOMAIN,
-        bytes.fromhex(parent_chain_hash),
-        _u64(prev_len),
-        bytes.fromhex(digest),
-        bytes.fromhex(extras_digest),
-    )
+def digest_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The digested fields of a record-shaped mapping (for ``compute_staging_digest``)."""
+    return {key: record[key] for key in _DIGESTED}
+
+
+_DIGESTED = (
+    "schema_version",
+    "digest_version",
+    "extras_digest_version",
+    "rollout_id",
+    "model_call_id",
+    "parent_call_id",
+    "mode",
+    "prev_len",
+    "delta_len",
+    "cum_len",
+    "weight_version",
+    "token_ids_delta",
+    "token_mask_delta",
+    "generation_log_probs_delta",
+    "extras_digest",
+    "chain_hash",
+    "cumulative_hash",
+)

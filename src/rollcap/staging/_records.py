@@ -1,595 +1,467 @@
-"""The records that cross boundaries: admissions in, staged call records out, commit coords back.
+"""The staging wire models: every object that crosses a boundary, as NeMo Gym 0.7.0 shapes it.
 
-Error tree (everything this package raises on purpose)::
+Admissions in (``ng_capture``), staged records out, commit coordinates back (``ng_commit_coords``),
+the gate's manifest rows and failures, and the trainer's receipt (STAGING §1-§4, §7.1). Every
+model refuses unknown keys, NaN and infinities, and takes integers and ids strictly (``true``,
+``7.0`` or ``5`` for a string are refused); a JSON integer in a float column becomes a float.
+Their JSON form (``model_dump(mode="json")``) has the fields in the order of the wire.
 
-    StagingError
-    ├── ExtractionError      an adapter cannot find exact token ids in an engine response
-    ├── StagedRecordError    a stored record cannot be read back (bad JSON, shape or schema)
-    └── LinearizeError       a rollout's records do not verify or do not form chains
-
-Constructors and ``from_json`` validate shapes and refuse (``ValueError`` naming the field) rather
-than coerce: a record that is accepted is one that can be digested and written back unchanged.
+A staged record proves itself: parsing one recomputes its call digest and its extras digest and
+refuses a mismatch, so a record that parses is one a trainer may train on.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from array import array
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Final, Literal
 
-from rollcap.ids import validate_rollout_id
-from rollcap.staging import _digest
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints, model_validator
+
+from rollcap.staging._digest import (
+    EMPTY_EXTRAS_DIGEST,
+    compute_extras_digest,
+    compute_staging_digest,
+)
 
 __all__ = [
     "CAPTURE_FAILED",
     "CAPTURE_FIELD",
     "COORDS_FIELD",
-    "MODEL_CALL_ID_PATTERN",
-    "REASON_CALL_FAILED",
-    "REASON_DUPLICATE_CALL",
-    "REASON_EXTRACTION_FAILED",
-    "REASON_INTERNAL_ERROR",
-    "REASON_INVALID_ADMISSION",
-    "REASON_INVALID_INPUT",
-    "REASON_NOT_IN_FLIGHT",
-    "REASON_PARENT_PREFIX_MISMATCH",
-    "REASON_REQUIRED_PREFIX_MISMATCH",
-    "REASON_SINK_FAILED",
-    "REASON_UNKNOWN_PARENT",
-    "SCHEMA_VERSION",
+    "REASON_INVALID_WORKER_COMMIT_COORDINATES",
+    "REASON_LEDGER_ROW_MISSING_CHAIN_HASH",
+    "REASON_LEDGER_ROW_MISSING_RESPONSE_ID",
+    "REASON_REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES",
+    "REASON_UNRESOLVED_PARENT",
+    "REASON_WORKER_CAPTURE_FAILED",
+    "REASON_WORKER_RESPONSE_MISSING_COMMIT_COORDINATES",
     "STAGED",
-    "Admission",
+    "CallRecord",
+    "CaptureAdmission",
+    "CaptureError",
     "CommitCoords",
-    "ExtractionError",
-    "LinearizeError",
+    "ExtrasCommitment",
+    "LinearizedRow",
+    "ManifestFailure",
+    "RolloutManifest",
+    "RolloutReceipt",
+    "StageResult",
+    "StagedCallBaseSnapshot",
     "StagedCallRecord",
+    "StagedCallSnapshot",
     "StagedRecordError",
     "StagingError",
-    "check_float32_values",
-    "check_token_ids",
+    "StreamingUnsupportedError",
+    "WeightVersionSpan",
+    "parse_staged_record",
     "staging_key",
-    "validate_model_call_id",
 ]
 
-SCHEMA_VERSION = 1
-
-STAGED = "staged"
-CAPTURE_FAILED = "capture_failed"
-_DISPOSITIONS = (STAGED, CAPTURE_FAILED)
-
-# The request field that carries an admission, and the response field that carries the coords.
 CAPTURE_FIELD = "ng_capture"
 COORDS_FIELD = "ng_commit_coords"
 
-# A failed capture's reason is "<code>: <detail>"; the code is stable, the detail is for people.
-REASON_INVALID_ADMISSION = "invalid_admission"
-REASON_DUPLICATE_CALL = "duplicate_call"
-REASON_UNKNOWN_PARENT = "unknown_parent"
-REASON_REQUIRED_PREFIX_MISMATCH = "required_prefix_mismatch"
-REASON_PARENT_PREFIX_MISMATCH = "parent_prefix_mismatch"
-REASON_INVALID_INPUT = "invalid_input"
-REASON_EXTRACTION_FAILED = "extraction_failed"
-REASON_SINK_FAILED = "sink_failed"
-REASON_CALL_FAILED = "call_failed"
-REASON_NOT_IN_FLIGHT = "not_in_flight"
-REASON_INTERNAL_ERROR = "internal_error"
+STAGED: Final = "staged"
+CAPTURE_FAILED: Final = "capture_failed"
 
-# Model call ids become directory names, so they get a grammar with no separators or dots.
-MODEL_CALL_ID_PATTERN = re.compile(r"[0-9a-f]{1,64}\Z", re.ASCII)
-_MODEL_CALL_ID_RULE = "^[0-9a-f]{1,64}$"
-_U64_MAX = 2**64 - 1
+# The gate's and the manifest builder's reason codes (STAGING §7.4): a wire vocabulary, never
+# repurposed.
+REASON_UNRESOLVED_PARENT = "unresolved_parent"
+REASON_REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES = "request_finished_without_staged_coordinates"
+REASON_WORKER_RESPONSE_MISSING_COMMIT_COORDINATES = "worker_response_missing_commit_coordinates"
+REASON_WORKER_CAPTURE_FAILED = "worker_capture_failed"
+REASON_INVALID_WORKER_COMMIT_COORDINATES = "invalid_worker_commit_coordinates"
+REASON_LEDGER_ROW_MISSING_RESPONSE_ID = "ledger_row_missing_response_id"
+REASON_LEDGER_ROW_MISSING_CHAIN_HASH = "ledger_row_missing_chain_hash"
 
 
 class StagingError(Exception):
-    """Base of every error this package raises on purpose."""
+    """Base of the errors this package raises on purpose (besides ``ValueError`` on parse)."""
 
 
-class ExtractionError(StagingError):
-    """An engine response does not carry the exact token ids and logprobs capture needs."""
+class CaptureError(StagingError):
+    """A caller broke the capture's contract (a bad prefix, a call completed twice, ...)."""
 
 
-class _CallError(StagingError):
-    def __init__(self, message: str, *, model_call_id: str | None, staging_key: str | None):
-        super().__init__(message)
-        self.model_call_id = model_call_id
-        self.staging_key = staging_key
+class StreamingUnsupportedError(CaptureError):
+    """A captured call asked to stream: the capture stages complete answers only."""
 
 
-class StagedRecordError(_CallError):
-    """A stored record cannot be read back; ``model_call_id`` and ``staging_key`` name it."""
-
-
-class LinearizeError(_CallError):
-    """A rollout's staged records fail verification; the message names the call.
-
-    ``model_call_id`` and ``staging_key`` are those of the first call found at fault (``None``
-    only when the fault belongs to no single call, such as an unreadable rollout directory).
-    """
+class StagedRecordError(StagingError, ValueError):
+    """A stored record cannot be read as a schema-2 staged record; the message says why."""
 
 
 def staging_key(rollout_id: str, model_call_id: str) -> str:
+    """The default staging key, ``<rollout_id>/<model_call_id>``; both must be non-empty."""
+    if not rollout_id or not model_call_id:
+        raise ValueError("a staging key needs a non-empty rollout id and model call id")
     return f"{rollout_id}/{model_call_id}"
 
 
-def validate_model_call_id(value: object, field_name: str = "model_call_id") -> str:
-    """Return ``value`` when it is 1 to 64 lowercase hex digits, else raise ``ValueError``."""
-    if not isinstance(value, str) or MODEL_CALL_ID_PATTERN.match(value) is None:
-        shown = value if not isinstance(value, str) or len(value) <= 70 else value[:67] + "..."
-        raise ValueError(f"invalid {field_name} {shown!r}: must match {_MODEL_CALL_ID_RULE}")
-    return value
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+Id = Annotated[str, StringConstraints(min_length=1)]
+Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Count = Annotated[int, Field(ge=0)]
+TokenId = Annotated[int, Field(ge=0)]
+Mode = Literal["text", "token_in"]
 
 
-def _rollout_id(value: object, field_name: str = "rollout_id") -> str:
-    try:
-        return validate_rollout_id(value)
-    except ValueError as exc:
-        raise ValueError(f"{field_name}: {exc}") from None
+def _rule(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
 
 
-def check_token_ids(value: object, field_name: str) -> tuple[int, ...]:
-    """A sequence of plain ints in the uint64 range, as a tuple; ``ValueError`` otherwise.
-
-    The type test runs over ``set(map(type, ...))`` and the range test inside ``array``, both in
-    C: prompts run to tens of thousands of ids and this sits on the serving path.
-    """
-    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Sequence):
-        raise ValueError(f"{field_name} must be a list of integers, not {type(value).__name__}")
-    kinds = set(map(type, value))
-    if kinds - {int}:
-        odd = sorted(k.__name__ for k in kinds - {int})
-        raise ValueError(f"{field_name} must hold only integers, found {', '.join(odd)}")
-    try:
-        array("Q", value)
-    except OverflowError:
-        raise ValueError(f"{field_name} holds an id outside 0..2**64-1") from None
-    return tuple(value)
+def _lineage(parent_call_id: str | None, mode: str, prev_len: int) -> None:
+    """A root is ``text`` at 0; a child is ``token_in`` past 0."""
+    if parent_call_id is None:
+        _rule(mode == "text" and prev_len == 0, "a call without a parent must be mode text at 0")
+    else:
+        _rule(mode == "token_in" and prev_len > 0, "a call with a parent must be token_in past 0")
 
 
-def check_float32_values(value: object, field_name: str) -> tuple[float, ...]:
-    """Finite numbers that are exactly representable in binary32, as a tuple of floats."""
-    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Sequence):
-        raise ValueError(f"{field_name} must be a list of numbers, not {type(value).__name__}")
-    kinds = set(map(type, value))
-    if kinds - {int, float}:
-        odd = sorted(k.__name__ for k in kinds - {int, float})
-        raise ValueError(f"{field_name} must hold only numbers, found {', '.join(odd)}")
-    floats = tuple(map(float, value))
-    if not all(map(math.isfinite, floats)):
-        raise ValueError(f"{field_name} holds NaN or an infinity")
-    # A value that binary32 cannot hold would hash like its rounded neighbour: a digest that
-    # does not see a change would not be a digest.
-    if array("f", floats).tolist() != list(floats):
-        raise ValueError(f"{field_name} holds a value that is not exactly a binary32 float")
-    return floats
+class CaptureAdmission(BaseModel):
+    """What the gate tells the worker about one training call (``ng_capture``, STAGING §1.1)."""
+
+    model_config = _STRICT
+
+    schema_version: Literal[2] = 2
+    rollout_id: Id
+    model_call_id: Id
+    parent_call_id: Id | None = None
+    prev_len: Count = 0
+    mode: Mode
+    required_prefix_token_ids: list[TokenId] = Field(default_factory=list)
+    staging_chain: list[str] = Field(default_factory=list)
+    parent_chain_hash: Hex64 | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> CaptureAdmission:
+        if self.mode == "token_in":
+            _rule(self.parent_call_id is not None, "a token_in admission needs a parent_call_id")
+            _rule(self.prev_len > 0, "a token_in admission needs prev_len > 0")
+            _rule(self.parent_chain_hash is not None, "a token_in admission needs a chain hash")
+            if not self.staging_chain:
+                _rule(
+                    len(self.required_prefix_token_ids) == self.prev_len,
+                    "without a staging_chain the inline prefix must have prev_len ids",
+                )
+        else:
+            _rule(
+                self.parent_call_id is None
+                and self.prev_len == 0
+                and not self.required_prefix_token_ids
+                and not self.staging_chain
+                and self.parent_chain_hash is None,
+                "a text admission has no parent, prefix, chain or chain hash",
+            )
+        return self
 
 
-def _check_mask(value: object, field_name: str) -> tuple[int, ...]:
-    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Sequence):
-        raise ValueError(f"{field_name} must be a list of 0 and 1, not {type(value).__name__}")
-    if set(map(type, value)) - {int} or set(value) - {0, 1}:
-        raise ValueError(f"{field_name} must hold only the integers 0 and 1")
-    return tuple(value)
+class StagedCallBaseSnapshot(BaseModel):
+    """A staged record without its extras (fields 1-18): what a source returns for a key.
 
-
-def _check_count(value: object, field_name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U64_MAX:
-        raise ValueError(f"{field_name} must be an integer in 0..2**64-1, not {value!r}")
-    return value
-
-
-def _check_digest(value: object, field_name: str) -> str:
-    if not _digest.is_digest_hex(value):
-        raise ValueError(f"{field_name} must be 64 lowercase hex digits, not {value!r}")
-    assert isinstance(value, str)
-    return value
-
-
-def _plain_json(value: object, path: str) -> object:
-    """A deep copy with tuples as lists, so a record compares equal after a JSON round trip and
-    the caller's later mutations cannot change what was digested."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain_json(v, f"{path}.{k}") for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain_json(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    return value
-
-
-def _normalize_extras(value: object) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"extras must be a map or null, not {type(value).__name__}")
-    # Encoding first refuses what cannot be digested (NaN, non-string keys, odd types).
-    _digest.encode_extras(value)
-    plain = _plain_json(value, "extras")
-    assert isinstance(plain, dict)
-    return plain
-
-
-def _require_mapping(obj: object, what: str) -> Mapping[str, Any]:
-    if not isinstance(obj, Mapping):
-        raise ValueError(f"{what} must be a JSON object, not {type(obj).__name__}")
-    return obj
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """Who a model call is and what token prefix its prompt must start with.
-
-    ``required_prefix_token_ids`` pins the prompt's first ids exactly; without it a child call's
-    prompt must start with its parent's full ids. Ids are validated on construction, so an
-    ``Admission`` that exists is one whose staging key is a safe path.
+    Parsing recomputes the call digest and refuses a mismatch; it does not prove the extras.
     """
 
-    rollout_id: str
-    model_call_id: str
-    parent_model_call_id: str | None = None
-    required_prefix_token_ids: tuple[int, ...] | None = None
+    model_config = _STRICT
 
-    def __post_init__(self) -> None:
-        _rollout_id(self.rollout_id)
-        validate_model_call_id(self.model_call_id)
-        if self.parent_model_call_id is not None:
-            validate_model_call_id(self.parent_model_call_id, "parent_model_call_id")
-            if self.parent_model_call_id == self.model_call_id:
-                raise ValueError("parent_model_call_id must differ from model_call_id")
-        if self.required_prefix_token_ids is not None:
-            ids = check_token_ids(self.required_prefix_token_ids, "required_prefix_token_ids")
-            object.__setattr__(self, "required_prefix_token_ids", ids)
+    schema_version: Literal[2] = 2
+    digest_version: Literal[2] = 2
+    extras_digest_version: Literal[1] = 1
+    rollout_id: Id
+    model_call_id: Id
+    parent_call_id: Id | None = None
+    mode: Mode
+    prev_len: Count
+    delta_len: Count
+    cum_len: Count
+    weight_version: Count
+    digest: Hex64
+    token_ids_delta: list[TokenId]
+    token_mask_delta: list[float]
+    generation_log_probs_delta: list[float]
+    extras_digest: Hex64 = EMPTY_EXTRAS_DIGEST
+    chain_hash: Hex64
+    cumulative_hash: Hex64
+
+    @model_validator(mode="after")
+    def _digested(self) -> StagedCallBaseSnapshot:
+        _lineage(self.parent_call_id, self.mode, self.prev_len)
+        expected = compute_staging_digest(**self._digest_fields())
+        _rule(expected == self.digest, f"call {self.model_call_id}: staged digest mismatch")
+        return self
+
+    def _digest_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _DIGESTED_FIELDS}
 
     @property
     def staging_key(self) -> str:
+        """The default key of this record (a sink may use another)."""
         return staging_key(self.rollout_id, self.model_call_id)
 
-    @classmethod
-    def from_json(cls, obj: object) -> Admission:
-        """Parse the ``ng_capture`` object; ``ValueError`` naming the field when malformed."""
-        body = _require_mapping(obj, CAPTURE_FIELD)
-        for key in ("rollout_id", "model_call_id"):
-            if key not in body:
-                raise ValueError(f"{CAPTURE_FIELD}.{key} is missing")
-        prefix = body.get("required_prefix_token_ids")
-        if prefix is not None and not isinstance(prefix, list | tuple):
-            raise ValueError(
-                f"required_prefix_token_ids must be a list of integers or null, "
-                f"not {type(prefix).__name__}",
-            )
-        return cls(
-            rollout_id=body["rollout_id"],
-            model_call_id=body["model_call_id"],
-            parent_model_call_id=body.get("parent_model_call_id"),
-            required_prefix_token_ids=None if prefix is None else tuple(prefix),
+
+_DIGESTED_FIELDS = tuple(
+    name for name in StagedCallBaseSnapshot.model_fields if name not in ("digest",)
+)
+
+
+class StagedCallRecord(StagedCallBaseSnapshot):
+    """One staged call (schema 2, STAGING §2): the token delta over its parent, digested."""
+
+    extras: Any = None
+
+    @model_validator(mode="after")
+    def _extras_digested(self) -> StagedCallRecord:
+        _rule(
+            compute_extras_digest(self.extras) == self.extras_digest,
+            f"call {self.model_call_id}: extras digest mismatch",
         )
+        return self
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rollout_id": self.rollout_id,
-            "model_call_id": self.model_call_id,
-            "parent_model_call_id": self.parent_model_call_id,
-            "required_prefix_token_ids": (
-                None
-                if self.required_prefix_token_ids is None
-                else list(self.required_prefix_token_ids)
-            ),
-        }
+    def base(self) -> StagedCallBaseSnapshot:
+        """This record without its extras."""
+        data = self.model_dump()
+        data.pop("extras")
+        return StagedCallBaseSnapshot.model_construct(**data)
 
 
-@dataclass(frozen=True, slots=True)
-class CommitCoords:
-    """What a worker reports back for one call: where it was staged, or why it was not.
+class StagedCallSnapshot(StagedCallRecord):
+    """A full staged record as a source returns it."""
 
-    Token-free and small, so it can ride in the response body. ``staged`` coords carry the
-    cumulative length and the digests a reader can check the staged record against; for
-    ``capture_failed`` those are ``None`` and ``reason`` says why (``"<code>: <detail>"``).
+
+def parse_staged_record(data: bytes | str) -> StagedCallRecord:
+    """A stored record's JSON as a ``StagedCallRecord``; ``StagedRecordError`` saying why not.
+
+    A schema-1 record (rollcap's unreleased earlier format) is named as such: it cannot be
+    read as schema 2 and must be staged again.
     """
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise StagedRecordError(f"a staged record is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise StagedRecordError("a staged record must be a JSON object")
+    version = raw.get("schema_version")
+    if version == 1 and type(version) is int:
+        raise StagedRecordError(
+            "a schema_version 1 staged record (rollcap's earlier, unreleased staging format): "
+            "only schema 2 (NeMo Gym 0.7.0's) is read; stage the rollout again"
+        )
+    try:
+        return StagedCallRecord.model_validate(raw)
+    except ValueError as exc:
+        raise StagedRecordError(f"not a valid schema-2 staged record: {exc}") from None
 
-    disposition: str
-    staging_key: str
-    rollout_id: str
-    model_call_id: str
-    cum_len: int | None = None
-    digest: str | None = None
-    extras_digest: str | None = None
-    chain_hash: str | None = None
-    parent_chain_hash: str | None = None
-    reason: str | None = None
-    prev_len: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.disposition not in _DISPOSITIONS:
-            raise ValueError(
-                f"disposition must be one of {_DISPOSITIONS}, not {self.disposition!r}"
-            )
-        for name in ("staging_key", "rollout_id", "model_call_id"):
-            if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} must be a string")
-        if self.disposition == STAGED:
-            _rollout_id(self.rollout_id)
-            validate_model_call_id(self.model_call_id)
-            if self.staging_key != staging_key(self.rollout_id, self.model_call_id):
-                raise ValueError(f"staging_key {self.staging_key!r} does not match the ids")
-            _check_count(self.cum_len, "cum_len")
-            _check_count(self.prev_len, "prev_len")
-            for name in ("digest", "extras_digest", "chain_hash", "parent_chain_hash"):
-                _check_digest(getattr(self, name), name)
-            if self.reason is not None:
-                raise ValueError("reason must be null for staged coords")
+class StageResult(BaseModel):
+    """What a sink answers for one ``stage`` (STAGING §5.1)."""
+
+    model_config = _STRICT
+
+    schema_version: Literal[2] = 2
+    ok: bool
+    staging_key: Id | None = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> StageResult:
+        if self.ok:
+            _rule(self.staging_key is not None, "a successful stage needs a staging_key")
         else:
-            if not isinstance(self.reason, str) or not self.reason:
-                raise ValueError("reason must be a non-empty string for capture_failed coords")
-            for name in ("cum_len", "prev_len"):
-                if getattr(self, name) is not None:
-                    _check_count(getattr(self, name), name)
-            for name in ("digest", "extras_digest", "chain_hash", "parent_chain_hash"):
-                if getattr(self, name) is not None:
-                    _check_digest(getattr(self, name), name)
+            _rule(bool(self.error), "a failed stage needs a non-empty error")
+        return self
+
+
+class CommitCoords(BaseModel):
+    """What the worker answers for an admitted call (``ng_commit_coords``, STAGING §4.1)."""
+
+    model_config = _STRICT
+
+    schema_version: Literal[2] = 2
+    digest_version: Literal[2] = 2
+    extras_digest_version: Literal[1] = 1
+    rollout_id: Id
+    model_call_id: Id
+    parent_call_id: Id | None = None
+    prev_len: Count
+    delta_len: Count
+    cum_len: Count
+    weight_version: Count
+    disposition: Literal["staged", "capture_failed"] = "staged"
+    digest: Hex64 | None = None
+    extras_digest: Hex64 | None = None
+    staging_key: Id | None = None
+    chain_hash: Hex64 | None = None
+    cumulative_hash: Hex64 | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> CommitCoords:
+        _rule(
+            (self.parent_call_id is None) == (self.prev_len == 0),
+            "commit coordinates have a parent exactly when prev_len > 0",
+        )
+        _rule(self.cum_len == self.prev_len + self.delta_len, "cum_len must be prev + delta")
+        custody = (
+            self.digest,
+            self.extras_digest,
+            self.staging_key,
+            self.chain_hash,
+            self.cumulative_hash,
+        )
+        if self.disposition == STAGED:
+            _rule(self.delta_len > 0, "staged coordinates need delta_len > 0")
+            _rule(None not in custody, "staged coordinates need all five custody fields")
+        else:
+            _rule(self.delta_len == 0, "capture_failed coordinates have delta_len 0")
+            _rule(all(v is None for v in custody), "capture_failed coordinates carry no custody")
+        return self
 
     @property
     def staged(self) -> bool:
         return self.disposition == STAGED
 
-    @property
-    def reason_code(self) -> str | None:
-        """The stable part of ``reason`` (before the first ``": "``), or ``None`` when staged."""
-        if self.reason is None:
-            return None
-        return self.reason.split(": ", 1)[0]
 
-    @classmethod
-    def failed(
-        cls,
-        code: str,
-        detail: str,
-        *,
-        rollout_id: str = "",
-        model_call_id: str = "",
-    ) -> CommitCoords:
-        key = staging_key(rollout_id, model_call_id) if rollout_id or model_call_id else ""
-        return cls(
-            disposition=CAPTURE_FAILED,
-            staging_key=key,
-            rollout_id=rollout_id,
-            model_call_id=model_call_id,
-            reason=f"{code}: {detail}",
-        )
+class CallRecord(BaseModel):
+    """One committed call of a rollout as the gate's manifest lists it (STAGING §4.3)."""
 
-    @classmethod
-    def from_json(cls, obj: object) -> CommitCoords:
-        body = _require_mapping(obj, COORDS_FIELD)
-        for key in ("disposition", "staging_key", "rollout_id", "model_call_id"):
-            if key not in body:
-                raise ValueError(f"{COORDS_FIELD}.{key} is missing")
-        return cls(
-            disposition=body["disposition"],
-            staging_key=body["staging_key"],
-            rollout_id=body["rollout_id"],
-            model_call_id=body["model_call_id"],
-            cum_len=body.get("cum_len"),
-            digest=body.get("digest"),
-            extras_digest=body.get("extras_digest"),
-            chain_hash=body.get("chain_hash"),
-            parent_chain_hash=body.get("parent_chain_hash"),
-            reason=body.get("reason"),
-            prev_len=body.get("prev_len"),
-        )
+    model_config = _STRICT
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "disposition": self.disposition,
-            "staging_key": self.staging_key,
-            "rollout_id": self.rollout_id,
-            "model_call_id": self.model_call_id,
-            "prev_len": self.prev_len,
-            "cum_len": self.cum_len,
-            "digest": self.digest,
-            "extras_digest": self.extras_digest,
-            "chain_hash": self.chain_hash,
-            "parent_chain_hash": self.parent_chain_hash,
-            "reason": self.reason,
-        }
+    schema_version: Literal[2] = 2
+    digest_version: Literal[2] = 2
+    extras_digest_version: Literal[1] = 1
+    model_call_id: Id
+    parent_call_id: Id | None = None
+    prev_len: Count
+    delta_len: Count
+    cum_len: Count
+    weight_version: Count
+    digest: Hex64
+    extras_digest: Hex64
+    staging_key: Id
+    mode: Mode = "token_in"
+    chain_hash: Hex64
+    cumulative_hash: Hex64
+    response_id: Id
+    admitted_at: float | None = None
+    output_fingerprint: Hex64 | None = None
+    continuation_fingerprint: Hex64 | None = None
+    fingerprint_version: Count = 0
+
+    @model_validator(mode="after")
+    def _shape(self) -> CallRecord:
+        _rule(self.delta_len > 0, "a call record needs delta_len > 0")
+        _rule(self.cum_len == self.prev_len + self.delta_len, "cum_len must be prev + delta")
+        _lineage(self.parent_call_id, self.mode, self.prev_len)
+        return self
 
 
-@dataclass(frozen=True, slots=True)
-class StagedCallRecord:
-    """One model call's token delta, as staged: what training reads back.
+class ManifestFailure(BaseModel):
+    """One failure row of a rollout's manifest: a call that must not be trained on."""
 
-    The delta is the prompt ids after the first ``prev_len`` (inherited from the parent call;
-    loss mask 0, logprob 0.0) followed by the generated ids (loss mask 1, their logprobs), so a
-    call's full ids are ``parent_full[:prev_len] + token_ids``. Construction checks shapes only;
-    ``create`` computes the digests, and ``linearize`` verifies them on the way back.
+    model_config = _STRICT
+
+    schema_version: Literal[2] = 2
+    model_call_id: Id
+    reason: str
+
+
+class RolloutManifest(BaseModel):
+    """A rollout's ledger as the control route serves it: committed calls and failures."""
+
+    model_config = _STRICT
+
+    schema_version: Literal[2] = 2
+    rollout_id: Id
+    records: list[CallRecord] = Field(default_factory=list)
+    failures: list[ManifestFailure] = Field(default_factory=list)
+
+
+TerminalSelectionMethod = Literal["declared", "response_id", "content", "heuristic"]
+
+
+class RolloutReceipt(BaseModel):
+    """What a trainer asserts about one finished rollout before rebuilding it (STAGING §7.1).
+
+    Three states only: trainable (not poisoned, no failure, terminal and selection set);
+    poisoned after attribution; poisoned with a ``failure_reason`` before any attribution.
     """
 
-    rollout_id: str
+    model_config = _STRICT
+
+    schema_version: Literal[2] = 2
+    digest_version: Literal[2] = 2
+    extras_digest_version: Literal[1] = 1
+    rollout_id: Id
+    reward: float | None = None
+    terminal_model_call_id: Id | None = None
+    manifest: list[CallRecord] = Field(default_factory=list)
+    capture_poisoned: bool = False
+    failure_reason: str | None = None
+    terminal_selection: TerminalSelectionMethod | None = None
+    terminal_attribution_reason: str | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> RolloutReceipt:
+        ids = [row.model_call_id for row in self.manifest]
+        _rule(len(set(ids)) == len(ids), "the manifest's model call ids must be unique")
+        if self.terminal_model_call_id is not None:
+            _rule(self.terminal_model_call_id in ids, "the terminal call must be in the manifest")
+        if self.terminal_model_call_id is not None:
+            _rule(self.terminal_selection is not None, "a receipt's terminal names its selection")
+        if self.failure_reason is not None:
+            _rule(self.capture_poisoned, "a receipt with a failure_reason is poisoned")
+        if not self.capture_poisoned:
+            _rule(
+                self.terminal_model_call_id is not None,
+                "a trainable receipt names its terminal call and how it was selected",
+            )
+        elif self.terminal_selection is None:
+            _rule(
+                self.failure_reason is not None,
+                "a poisoned receipt without attribution carries its failure_reason",
+            )
+        return self
+
+
+class WeightVersionSpan(BaseModel):
+    """One call's ``[start, end)`` in a linearized row, with the weights that produced it."""
+
+    model_config = _STRICT
+
     model_call_id: str
-    parent_model_call_id: str | None
-    prev_len: int
-    token_ids: tuple[int, ...]
-    loss_mask: tuple[int, ...]
-    logprobs: tuple[float, ...]
+    start: int
+    end: int
     weight_version: int
-    extras: dict[str, Any]
-    digest: str
+
+
+class ExtrasCommitment(BaseModel):
+    """What one call's extras must hash to: checked by a consumer where it fetches them."""
+
+    model_config = _STRICT
+
+    model_call_id: str
+    extras_digest_version: int
     extras_digest: str
-    parent_chain_hash: str
-    chain_hash: str
-    schema_version: int = field(default=SCHEMA_VERSION)
 
-    def __post_init__(self) -> None:
-        if self.schema_version != SCHEMA_VERSION or isinstance(self.schema_version, bool):
-            raise ValueError(
-                f"unsupported schema_version {self.schema_version!r} "
-                f"(this version of rollcap reads {SCHEMA_VERSION})",
-            )
-        _rollout_id(self.rollout_id)
-        validate_model_call_id(self.model_call_id)
-        if self.parent_model_call_id is not None:
-            validate_model_call_id(self.parent_model_call_id, "parent_model_call_id")
-        _check_count(self.prev_len, "prev_len")
-        _check_count(self.weight_version, "weight_version")
-        set_ = object.__setattr__
-        set_(self, "token_ids", check_token_ids(self.token_ids, "token_ids"))
-        set_(self, "loss_mask", _check_mask(self.loss_mask, "loss_mask"))
-        set_(self, "logprobs", check_float32_values(self.logprobs, "logprobs"))
-        if not len(self.token_ids) == len(self.loss_mask) == len(self.logprobs):
-            raise ValueError(
-                f"token_ids, loss_mask and logprobs differ in length "
-                f"({len(self.token_ids)}, {len(self.loss_mask)}, {len(self.logprobs)})",
-            )
-        if self.prev_len + len(self.token_ids) > _U64_MAX:
-            raise ValueError("prev_len + len(token_ids) exceeds 2**64-1")
-        set_(self, "extras", _normalize_extras(self.extras))
-        for name in ("digest", "extras_digest", "parent_chain_hash", "chain_hash"):
-            _check_digest(getattr(self, name), name)
+
+class LinearizedRow(BaseModel):
+    """A rollout's terminal chain as one training row (STAGING §7.2)."""
+
+    model_config = _STRICT
+
+    rollout_id: str
+    token_ids: list[int]
+    token_mask: list[float]
+    logprobs: list[float]
+    model_call_ids: list[str]
+    prompt_len: int
+    weight_versions: list[int]
+    weight_version_spans: list[WeightVersionSpan]
+    # Lax here only: JSON has no tuples, so a row read back gives lists.
+    link_spans: list[Annotated[tuple[str, int, int], Strict(False)]]
+    extras_commitments: list[ExtrasCommitment]
 
     @property
-    def staging_key(self) -> str:
-        return staging_key(self.rollout_id, self.model_call_id)
+    def call_ids(self) -> list[str]:
+        """The chain's call ids, root first (the same list as ``model_call_ids``)."""
+        return self.model_call_ids
 
-    @property
-    def cum_len(self) -> int:
-        """The length of this call's full ids (inherited prefix plus delta)."""
-        return self.prev_len + len(self.token_ids)
-
-    @classmethod
-    def create(
-        cls,
-        *,
-        rollout_id: str,
-        model_call_id: str,
-        parent_model_call_id: str | None,
-        parent_chain_hash: str,
-        prev_len: int,
-        token_ids: Sequence[int],
-        loss_mask: Sequence[int],
-        logprobs: Sequence[float],
-        weight_version: int,
-        extras: Mapping[str, Any] | None = None,
-    ) -> StagedCallRecord:
-        """Build a record and compute its digest, extras digest and chain hash."""
-        normalized = _normalize_extras(extras)
-        digest = _digest.call_digest(
-            rollout_id=rollout_id,
-            model_call_id=model_call_id,
-            parent_model_call_id=parent_model_call_id,
-            prev_len=prev_len,
-            weight_version=weight_version,
-            token_ids=token_ids,
-            loss_mask=loss_mask,
-            logprobs=logprobs,
-        )
-        extras_digest = _digest.extras_digest(normalized)
-        return cls(
-            rollout_id=rollout_id,
-            model_call_id=model_call_id,
-            parent_model_call_id=parent_model_call_id,
-            prev_len=prev_len,
-            token_ids=tuple(token_ids),
-            loss_mask=tuple(loss_mask),
-            logprobs=tuple(logprobs),
-            weight_version=weight_version,
-            extras=normalized,
-            digest=digest,
-            extras_digest=extras_digest,
-            parent_chain_hash=parent_chain_hash,
-            chain_hash=_digest.chain_hash(
-                parent_chain_hash=parent_chain_hash,
-                prev_len=prev_len,
-                digest=digest,
-                extras_digest=extras_digest,
-            ),
-        )
-
-    def coords(self) -> CommitCoords:
-        """The ``staged`` coords that point at this record."""
-        return CommitCoords(
-            disposition=STAGED,
-            staging_key=self.staging_key,
-            rollout_id=self.rollout_id,
-            model_call_id=self.model_call_id,
-            prev_len=self.prev_len,
-            cum_len=self.cum_len,
-            digest=self.digest,
-            extras_digest=self.extras_digest,
-            chain_hash=self.chain_hash,
-            parent_chain_hash=self.parent_chain_hash,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """The schema-1 JSON object; ``staging_key`` and ``cum_len`` are derived, for readers."""
-        return {
-            "schema_version": self.schema_version,
-            "rollout_id": self.rollout_id,
-            "model_call_id": self.model_call_id,
-            "staging_key": self.staging_key,
-            "parent_model_call_id": self.parent_model_call_id,
-            "prev_len": self.prev_len,
-            "cum_len": self.cum_len,
-            "weight_version": self.weight_version,
-            "token_ids": list(self.token_ids),
-            "loss_mask": list(self.loss_mask),
-            "logprobs": list(self.logprobs),
-            "extras": self.extras,
-            "digest": self.digest,
-            "extras_digest": self.extras_digest,
-            "parent_chain_hash": self.parent_chain_hash,
-            "chain_hash": self.chain_hash,
-        }
-
-    @classmethod
-    def from_json(cls, obj: object) -> StagedCallRecord:
-        """Parse a schema-1 object; ``ValueError`` naming the field when malformed.
-
-        The derived fields must agree with the ids and lengths they derive from; digests are
-        not recomputed here (``linearize`` does that, and says which one failed).
-        """
-        body = _require_mapping(obj, "staged record")
-        version = body.get("schema_version")
-        if version != SCHEMA_VERSION or isinstance(version, bool):
-            raise ValueError(
-                f"unsupported schema_version {version!r} "
-                f"(this version of rollcap reads {SCHEMA_VERSION})",
-            )
-        required = (
-            "rollout_id",
-            "model_call_id",
-            "parent_model_call_id",
-            "prev_len",
-            "weight_version",
-            "token_ids",
-            "loss_mask",
-            "logprobs",
-            "extras",
-            "digest",
-            "extras_digest",
-            "parent_chain_hash",
-            "chain_hash",
-        )
-        for key in required:
-            if key not in body:
-                raise ValueError(f"staged record field {key} is missing")
-        if body["extras"] is None or not isinstance(body["extras"], Mapping):
-            raise ValueError("extras must be a JSON object")
-        record = cls(
-            rollout_id=body["rollout_id"],
-            model_call_id=body["model_call_id"],
-            parent_model_call_id=body["parent_model_call_id"],
-            prev_len=body["prev_len"],
-            token_ids=body["token_ids"],
-            loss_mask=body["loss_mask"],
-            logprobs=body["logprobs"],
-            weight_version=body["weight_version"],
-            extras=dict(body["extras"]),
-            digest=body["digest"],
-            extras_digest=body["extras_digest"],
-            parent_chain_hash=body["parent_chain_hash"],
-            chain_hash=body["chain_hash"],
-            schema_version=version,
-        )
-        if "staging_key" in body and body["staging_key"] != record.staging_key:
-            raise ValueError(f"staging_key {body['staging_key']!r} does not match the ids")
-        if "cum_len" in body and body["cum_len"] != record.cum_len:
-            raise ValueError(f"cum_len {body['cum_len']!r} is not prev_len + len(token_ids)")
-        return record
