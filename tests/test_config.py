@@ -103,26 +103,75 @@ def test_pass_client_credentials_is_a_bool() -> None:
         RunSettings.from_config({"pass_client_credentials": "yes"})
 
 
+STAGING_ON = {"enabled": True, "external_staging": True, "rebuild_response": False}
+
+
 def test_token_capture_settings_are_validated_and_the_ledger_defaults_to_the_capture_dir(
     tmp_path: Path,
 ) -> None:
-    on = {"token_id_capture": {"external_staging": True}}
-    with pytest.raises(
-        ConfigError, match=r"token_id_capture.ledger_dir \(or model_call_capture_dir\)"
-    ):
+    on = {"token_id_capture": STAGING_ON}
+    with pytest.raises(ConfigError, match=r"token_id_capture.dir \(or model_call_capture_dir\)"):
         RunSettings.from_config(on)
-    with pytest.raises(ConfigError, match=r"ledger_dir must be an absolute path"):
-        RunSettings.from_config({"token_id_capture": {"ledger_dir": "rel/dir"}})
+    with pytest.raises(ConfigError, match=r"dir must be an absolute path"):
+        RunSettings.from_config({"token_id_capture": {**STAGING_ON, "dir": "rel/dir"}})
     with pytest.raises(ConfigError, match="external_staging must be true or false"):
         RunSettings.from_config({"token_id_capture": {"external_staging": "yes"}})
     settings = RunSettings.from_config({**on, "model_call_capture_dir": str(tmp_path)})
-    assert settings.external_staging is True
-    assert settings.token_ledger_dir == tmp_path  # capture off, yet the ledger has a place
+    assert settings.token_capture.external_staging is True
+    assert settings.token_capture.dir == tmp_path  # capture off, yet the ledger has a place
+    assert settings.token_capture.external_staging_backend == "vllm_worker"
+    assert settings.token_capture.control_auth_token_env == "NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN"
     moved = RunSettings.from_config(
-        {"token_id_capture": {"external_staging": True, "ledger_dir": str(tmp_path / "l")}}
+        {"token_id_capture": {**STAGING_ON, "dir": str(tmp_path / "l")}}
     )
-    assert moved.token_ledger_dir == tmp_path / "l"
-    assert RunSettings.from_config({}).external_staging is False
+    assert moved.token_capture.dir == tmp_path / "l"
+    assert RunSettings.from_config({}).token_capture.external_staging is False
+
+
+@pytest.mark.parametrize(
+    ("section", "match"),
+    [
+        ({"ledger_dir": "/x"}, r"unknown key\(s\) ledger_dir"),
+        ({"external_staging": True, "rebuild_response": False}, "requires enabled: true"),
+        ({"enabled": True, "external_staging": True}, "requires rebuild_response: false"),
+        ({"enabled": True}, "built-in token capture path"),
+        ({"external_staging_backend": "megatron_worker"}, "requires external_staging"),
+        ({**STAGING_ON, "external_staging_backend": "tpu"}, "must be one of"),
+        ({**STAGING_ON, "lineage_store": "m:C"}, "lineage_store configures the built-in"),
+        ({**STAGING_ON, "allow_unresolved_continuations": True}, "built-in"),
+        ({**STAGING_ON, "control_auth_token_env": 5}, "variable name"),
+    ],
+)
+def test_the_token_capture_block_refuses_what_it_cannot_run(
+    section: dict[str, object], match: str, tmp_path: Path
+) -> None:
+    config = {"token_id_capture": section, "model_call_capture_dir": str(tmp_path)}
+    with pytest.raises(ConfigError, match=match):
+        RunSettings.from_config(config)
+
+
+def test_the_token_capture_block_takes_every_key_of_the_wire_at_its_default(
+    tmp_path: Path,
+) -> None:
+    section: dict[str, object] = {
+        **STAGING_ON,
+        "all_agents": True,
+        "dir": str(tmp_path),
+        "sink": None,
+        "sink_kwargs": {},
+        "lineage_store": None,
+        "lineage_store_kwargs": None,
+        "allow_unresolved_continuations": False,
+        "delta_records": None,
+        "max_mask_fraction": None,
+        "mask_fraction_min_samples": None,
+        "external_staging_backend": "megatron_worker",
+        "control_auth_token_env": "MY_TOKEN",
+    }
+    settings = RunSettings.from_config({"token_id_capture": section}).token_capture
+    assert settings.all_agents is True
+    assert settings.external_staging_backend == "megatron_worker"
+    assert settings.control_auth_token_env == "MY_TOKEN"
 
 
 def test_the_bounds_have_their_defaults_and_take_overrides() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from rollcap.routing import (
     SCOPE_ROLLOUT_ID_KEY,
+    SCOPE_TRAINING_KEY,
     apply_prefix,
     base_url_for_run,
     split_prefix,
@@ -107,9 +108,50 @@ def test_strip_prefix_gives_a_child_scope_that_keeps_the_id() -> None:
         "raw_path": b"/v1/responses",
         "query_string": b"a=1",
         SCOPE_ROLLOUT_ID_KEY: "3-1",
+        SCOPE_TRAINING_KEY: False,
     }
     assert scope["path"] == "/ng-rollout/3-1/v1/responses"  # the parent scope is left alone
     assert strip_prefix({"path": "/ng-rollout/3-1"})[1]["path"] == "/"
+
+
+def test_strip_prefix_strips_the_training_segment_and_says_it_was_there() -> None:
+    path = "/ng-rollout/3-1/training-token-capture/v1/chat/completions"
+    rollout_id, child = strip_prefix({"path": path, "raw_path": path.encode()})
+    assert rollout_id == "3-1"
+    assert child["path"] == "/v1/chat/completions"
+    assert child["raw_path"] == b"/v1/chat/completions"
+    assert child[SCOPE_TRAINING_KEY] is True
+    # Only the exact segment: a longer name is part of the rest of the path.
+    other = "/ng-rollout/3-1/training-token-captures/v1"
+    _, child = strip_prefix({"path": other, "raw_path": other.encode()})
+    assert child["path"] == "/training-token-captures/v1"
+    assert child[SCOPE_TRAINING_KEY] is False
+    _, bare = strip_prefix({"path": "/ng-rollout/3-1/training-token-capture"})
+    assert bare["path"] == "/"
+    assert bare[SCOPE_TRAINING_KEY] is True
+
+
+def test_the_training_segment_is_applied_and_carried_onwards() -> None:
+    assert (
+        apply_prefix("/v1/responses", "7-0", training=True)
+        == "/ng-rollout/7-0/training-token-capture/v1/responses"
+    )
+    assert (
+        url_path_for_run("/v1/responses", RUN, training=True)
+        == "/ng-rollout/7-0/training-token-capture/v1/responses"
+    )
+    assert url_path_for_run("/v1/responses", {}, training=True) == "/v1/responses"
+    assert (
+        base_url_for_run("http://h:1/", RUN, training=True)
+        == "http://h:1/ng-rollout/7-0/training-token-capture"
+    )
+    inbound = "/ng-rollout/7-0/training-token-capture/v1/responses"
+    onward = "/ng-rollout/7-0/training-token-capture/v1/responses"
+    assert url_path_for_request("/v1/responses", inbound) == onward
+    _, scope = strip_prefix({"path": inbound, "raw_path": inbound.encode()})
+    assert url_path_for_request("/v1/responses", scope) == onward
+    plain = {"path": "/v1/responses", SCOPE_ROLLOUT_ID_KEY: "7-0"}
+    assert url_path_for_request("/v1/responses", plain) == "/ng-rollout/7-0/v1/responses"
 
 
 def test_strip_prefix_leaves_an_unprefixed_scope_as_it_is() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,8 @@ DEFAULTS: dict[str, Any] = {
     "policy_model_name": None,
     # Forward the client's own authorization / x-api-key instead of policy_api_key.
     "pass_client_credentials": False,
-    # RL token staging: the model server asks a capture worker for token ids (rollcap.staging).
-    # ``ledger_dir`` (absolute; default model_call_capture_dir) keeps one token-free line per call.
-    "token_id_capture": {"external_staging": False, "ledger_dir": None},
+    # RL token staging on NeMo Gym 0.7.0's wire (see TokenCaptureSettings and the README).
+    "token_id_capture": {"enabled": False, "external_staging": False},
     # Bounds on what one call may cost a model server (see the README's configuration table).
     "max_request_bytes": MAX_REQUEST_BYTES,
     "capture_max_response_bytes": CAPTURE_MAX_RESPONSE_BYTES,
@@ -182,8 +181,7 @@ class RunSettings:
     policy_api_key: str | None
     policy_model_name: str | None
     pass_client_credentials: bool = False
-    external_staging: bool = False
-    token_ledger_dir: Path | None = None
+    token_capture: TokenCaptureSettings = field(default_factory=lambda: TokenCaptureSettings())
     max_request_bytes: int = MAX_REQUEST_BYTES
     capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES
     header_read_timeout_s: float = HEADER_READ_TIMEOUT_S
@@ -218,7 +216,9 @@ class RunSettings:
         passthrough = config.get("pass_client_credentials", False)
         if not isinstance(passthrough, bool):
             raise ConfigError(f"pass_client_credentials must be true or false, got {passthrough!r}")
-        external_staging, ledger_dir = _token_capture(config.get("token_id_capture"), capture_dir)
+        token_capture = TokenCaptureSettings.from_config(
+            config.get("token_id_capture"), capture_dir
+        )
         timeout = config.get("header_read_timeout_s", HEADER_READ_TIMEOUT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise ConfigError(f"header_read_timeout_s must be a positive number, got {timeout!r}")
@@ -231,8 +231,7 @@ class RunSettings:
             client_session_headers=_header_names(
                 config.get("client_session_headers", list(CLIENT_SESSION_HEADERS))
             ),
-            external_staging=external_staging,
-            token_ledger_dir=ledger_dir,
+            token_capture=token_capture,
             pass_client_credentials=passthrough,
             observability_enabled=enabled,
             model_call_capture_dir=capture_dir,
@@ -282,23 +281,129 @@ def _absolute_dir(key: str, raw: object) -> Path:
     return Path(raw)
 
 
-def _token_capture(section: object, capture_dir: Path | None) -> tuple[bool, Path | None]:
-    """``token_id_capture``: whether staging is on, and where its ledger goes."""
-    if section is None:
-        return False, None
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"token_id_capture must be a mapping, got {type(section).__name__}")
-    enabled = section.get("external_staging", False)
-    if not isinstance(enabled, bool):
-        raise ConfigError(
-            f"token_id_capture.external_staging must be true or false, got {enabled!r}"
+# The keys of NeMo Gym 0.7.0's block; anything else is refused, as there.
+_TOKEN_CAPTURE_KEYS = (
+    "enabled",
+    "all_agents",
+    "dir",
+    "sink",
+    "sink_kwargs",
+    "lineage_store",
+    "lineage_store_kwargs",
+    "rebuild_response",
+    "allow_unresolved_continuations",
+    "delta_records",
+    "max_mask_fraction",
+    "mask_fraction_min_samples",
+    "external_staging",
+    "external_staging_backend",
+    "control_auth_token_env",
+)
+# Keys of the built-in (Gym-finalized) path, which rollcap does not run: accepted at their
+# defaults so that one file configures both, refused when set.
+_BUILT_IN_ONLY = (
+    "sink",
+    "sink_kwargs",
+    "lineage_store",
+    "lineage_store_kwargs",
+    "delta_records",
+    "max_mask_fraction",
+    "mask_fraction_min_samples",
+    "allow_unresolved_continuations",
+)
+STAGING_BACKENDS = ("vllm_worker", "megatron_worker")
+DEFAULT_CONTROL_TOKEN_ENV = "NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCaptureSettings:
+    """The ``token_id_capture`` block: RL token staging through a capture worker.
+
+    ``external_staging`` on means the model server is the gate of STAGING: training calls
+    (``/ng-rollout/<id>/training-token-capture/...``) are admitted, the worker stages them, and
+    a token-free ledger under ``dir`` (default ``model_call_capture_dir``) lists them for the
+    control route. ``all_agents`` makes every agent send its model calls as training calls.
+    """
+
+    enabled: bool = False
+    all_agents: bool = False
+    dir: Path | None = None
+    external_staging: bool = False
+    external_staging_backend: str = "vllm_worker"
+    control_auth_token_env: str = DEFAULT_CONTROL_TOKEN_ENV
+
+    @classmethod
+    def from_config(cls, section: object, capture_dir: Path | None) -> TokenCaptureSettings:
+        if section is None:
+            return cls()
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"token_id_capture must be a mapping, got {type(section).__name__}")
+        unknown = sorted(str(k) for k in section if k not in _TOKEN_CAPTURE_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"token_id_capture: unknown key(s) {', '.join(unknown)}; known: "
+                + ", ".join(_TOKEN_CAPTURE_KEYS)
+            )
+
+        def flag(key: str, default: bool) -> bool:
+            value = section.get(key, default)
+            if value is None:
+                return default
+            if not isinstance(value, bool):
+                raise ConfigError(f"token_id_capture.{key} must be true or false, got {value!r}")
+            return value
+
+        for key in _BUILT_IN_ONLY:
+            if section.get(key) not in (None, False, {}):
+                raise ConfigError(
+                    f"token_id_capture.{key} configures the built-in token capture path, which "
+                    "rollcap does not run: rollcap stages through a capture worker "
+                    "(external_staging: true)"
+                )
+        enabled = flag("enabled", False)
+        external = flag("external_staging", False)
+        rebuild = flag("rebuild_response", True)
+        backend = section.get("external_staging_backend") or "vllm_worker"
+        if backend not in STAGING_BACKENDS:
+            raise ConfigError(
+                "token_id_capture.external_staging_backend must be one of "
+                f"{', '.join(STAGING_BACKENDS)}, got {backend!r}"
+            )
+        token_env = section.get("control_auth_token_env") or DEFAULT_CONTROL_TOKEN_ENV
+        if not isinstance(token_env, str):
+            raise ConfigError(
+                "token_id_capture.control_auth_token_env must be a variable name, got "
+                f"{token_env!r}"
+            )
+        raw_dir = section.get("dir")
+        directory = _absolute_dir("token_id_capture.dir", raw_dir) if raw_dir is not None else None
+        if external:
+            if not enabled:
+                raise ConfigError("token_id_capture.external_staging requires enabled: true")
+            if rebuild:
+                # The framework owns finalization: the gate must not rebuild the response.
+                raise ConfigError(
+                    "token_id_capture.external_staging requires rebuild_response: false"
+                )
+            directory = directory or capture_dir
+            if directory is None:
+                raise ConfigError(
+                    "token_id_capture.dir (or model_call_capture_dir) is required when "
+                    "token_id_capture.external_staging is true: the ledger lives there"
+                )
+        elif backend != "vllm_worker":
+            raise ConfigError("token_id_capture.external_staging_backend requires external_staging")
+        elif enabled:
+            raise ConfigError(
+                "token_id_capture.enabled without external_staging is the built-in token capture "
+                "path, which rollcap does not run: set external_staging: true and "
+                "rebuild_response: false, with a capture worker as the upstream"
+            )
+        return cls(
+            enabled=enabled,
+            all_agents=flag("all_agents", False),
+            dir=directory,
+            external_staging=external,
+            external_staging_backend=backend,
+            control_auth_token_env=token_env,
         )
-    raw = section.get("ledger_dir")
-    ledger = _absolute_dir("token_id_capture.ledger_dir", raw) if raw is not None else capture_dir
-    if enabled and ledger is None:
-        # The ledger is what says which staged calls the client was served, capture on or off.
-        raise ConfigError(
-            "token_id_capture.ledger_dir (or model_call_capture_dir) is required when "
-            "token_id_capture.external_staging is true"
-        )
-    return enabled, ledger

@@ -2,7 +2,10 @@
 
 The prefix is how a model call says which rollout it belongs to. A model server (and an agent's
 self-call route) strips it before routing (``strip_prefix``); agents add it to their outgoing
-model calls. Everything here is pure string work.
+model calls. After the id, an optional ``/training-token-capture`` segment marks an RL training
+call: only such a call has its token ids staged (STAGING §8.1); it is stripped with the prefix
+and kept in the scope, and carried onto an agent's onward calls. Everything here is pure string
+work.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from rollcap.ids import rollout_id_from_run, validate_rollout_id
 __all__ = [
     "ROLLOUT_PREFIX",
     "SCOPE_ROLLOUT_ID_KEY",
+    "SCOPE_TRAINING_KEY",
+    "TRAINING_SEGMENT",
     "apply_prefix",
     "base_url_for_run",
     "split_prefix",
@@ -27,6 +32,18 @@ ROLLOUT_PREFIX = "/ng-rollout/"
 # Where the model and agent servers keep the stripped rollout id in the ASGI scope, so a handler
 # behind the stripping middleware can still carry it onwards.
 SCOPE_ROLLOUT_ID_KEY = "rollcap.rollout_id"
+# The path segment of a training call, and the scope key that says a call was sent with it.
+TRAINING_SEGMENT = "/training-token-capture"
+SCOPE_TRAINING_KEY = "rollcap.training_token_capture"
+
+
+def _training_rest(rest: str) -> tuple[bool, str]:
+    """Whether the rest of a prefixed path starts with the training segment, and what follows."""
+    if rest.startswith(TRAINING_SEGMENT) and rest[
+        len(TRAINING_SEGMENT) : len(TRAINING_SEGMENT) + 1
+    ] in ("", "/"):
+        return True, rest[len(TRAINING_SEGMENT) :] or "/"
+    return False, rest
 
 
 def split_prefix(path: str) -> tuple[str | None, str]:
@@ -57,56 +74,76 @@ def strip_prefix(scope: MutableMapping[str, Any]) -> tuple[str | None, MutableMa
     if rollout_id is None:
         return None, scope
     # A valid id has no escapes, so the decoded path carries the same prefix.
-    path = scope["path"][len(ROLLOUT_PREFIX) + len(rollout_id) :] or "/"
-    child = {**scope, "path": path, "raw_path": path.encode(), SCOPE_ROLLOUT_ID_KEY: rollout_id}
+    training, path = _training_rest(scope["path"][len(ROLLOUT_PREFIX) + len(rollout_id) :] or "/")
+    child = {
+        **scope,
+        "path": path,
+        "raw_path": path.encode(),
+        SCOPE_ROLLOUT_ID_KEY: rollout_id,
+        SCOPE_TRAINING_KEY: training,
+    }
     return rollout_id, child
 
 
-def apply_prefix(url_path: str, rollout_id: str) -> str:
-    """``/ng-rollout/<id>`` + ``url_path``; ``url_path`` must start with ``/``."""
+def apply_prefix(url_path: str, rollout_id: str, *, training: bool = False) -> str:
+    """``/ng-rollout/<id>`` (then ``/training-token-capture`` for a training call) +
+    ``url_path``; ``url_path`` must start with ``/``."""
     validate_rollout_id(rollout_id)
     if not url_path.startswith("/"):
         raise ValueError(f"url path {url_path!r} must start with '/'")
     if url_path.startswith(ROLLOUT_PREFIX):
         raise ValueError(f"url path {url_path!r} already carries a rollout prefix")
-    return f"{ROLLOUT_PREFIX}{rollout_id}{url_path}"
+    segment = TRAINING_SEGMENT if training else ""
+    return f"{ROLLOUT_PREFIX}{rollout_id}{segment}{url_path}"
 
 
-def url_path_for_run(url_path: str, body: object) -> str:
-    """Prefix ``url_path`` with the run body's rollout id, or return it unchanged if it has none."""
+def url_path_for_run(url_path: str, body: object, *, training: bool = False) -> str:
+    """Prefix ``url_path`` with the run body's rollout id (and the training segment when
+    ``training``), or return it unchanged if the body has none."""
     rollout_id = rollout_id_from_run(body)
-    return url_path if rollout_id is None else apply_prefix(url_path, rollout_id)
+    return url_path if rollout_id is None else apply_prefix(url_path, rollout_id, training=training)
 
 
-def base_url_for_run(base_url: str, body: object) -> str:
-    """``base_url`` with the rollout prefix, for SDK clients configured once (caller adds /v1)."""
+def base_url_for_run(base_url: str, body: object, *, training: bool = False) -> str:
+    """``base_url`` with the rollout prefix (and the training segment when ``training``), for
+    SDK clients configured once (caller adds /v1)."""
     rollout_id = rollout_id_from_run(body)
     if rollout_id is None:
         return base_url
-    return base_url.rstrip("/") + ROLLOUT_PREFIX + validate_rollout_id(rollout_id)
+    segment = TRAINING_SEGMENT if training else ""
+    return base_url.rstrip("/") + ROLLOUT_PREFIX + validate_rollout_id(rollout_id) + segment
 
 
-def _rollout_id_of_request(request: object) -> str | None:
+def _training_of_path(path: str) -> bool:
+    rollout_id, rest = split_prefix(path)
+    return rollout_id is not None and _training_rest(rest)[0]
+
+
+def _rollout_of_request(request: object) -> tuple[str | None, bool]:
     scope: Any = getattr(request, "scope", request)
     if isinstance(scope, Mapping):
         stored = scope.get(SCOPE_ROLLOUT_ID_KEY)
         if stored is not None:
-            return validate_rollout_id(stored)
-        return split_prefix(str(scope.get("root_path", "")) + str(scope.get("path", "")))[0]
+            return validate_rollout_id(stored), scope.get(SCOPE_TRAINING_KEY) is True
+        path = str(scope.get("root_path", "")) + str(scope.get("path", ""))
+        return split_prefix(path)[0], _training_of_path(path)
     if isinstance(request, str):
-        return split_prefix(request)[0]
+        return split_prefix(request)[0], _training_of_path(request)
     url = getattr(request, "url", None)
     url_path = getattr(url, "path", None)
     if isinstance(url_path, str):
-        return split_prefix(url_path)[0]
-    return None
+        return split_prefix(url_path)[0], _training_of_path(url_path)
+    return None, False
 
 
 def url_path_for_request(url_path: str, request: object) -> str:
-    """Carry an inbound prefixed self-call's rollout id onto an outgoing call's path.
+    """Carry an inbound prefixed self-call's rollout id (and its training segment) onto an
+    outgoing call's path.
 
     ``request`` may be a Starlette request, an ASGI scope, or the inbound path itself. When the
     inbound call carried no prefix, ``url_path`` is returned unchanged.
     """
-    rollout_id = _rollout_id_of_request(request)
-    return url_path if rollout_id is None else apply_prefix(url_path, rollout_id)
+    rollout_id, training = _rollout_of_request(request)
+    if rollout_id is None:
+        return url_path
+    return apply_prefix(url_path, rollout_id, training=training)

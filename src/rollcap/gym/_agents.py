@@ -95,7 +95,8 @@ class AgentSettings:
     first. ``model_name`` fills in a request's ``model`` when it has none. Timeouts are in
     seconds: ``model_read_timeout_s`` is the longest silence allowed between two bytes of a model
     answer (a long generation is fine while it streams), ``verify_timeout_s`` the whole verify
-    call.
+    call. ``token_id_capture`` sends the agent's model calls as RL training calls
+    (``/ng-rollout/<id>/training-token-capture/...``), whose token ids are staged.
     """
 
     model_base_url: str | tuple[str, ...]
@@ -107,6 +108,7 @@ class AgentSettings:
     verify_timeout_s: float = 300.0
     model_server_name: str | None = None
     max_steps: int = 10
+    token_id_capture: bool = False
 
     def __post_init__(self) -> None:
         given = self.model_base_url

@@ -116,7 +116,9 @@ class SimpleResponsesAgent(ResponsesAgent):
                 "false or absent"
             )
         try:
-            url_path = url_path_for_run(RESPONSES_PATH, body)
+            url_path = url_path_for_run(
+                RESPONSES_PATH, body, training=self.settings.token_id_capture
+            )
             rollout_id = rollout_id_from_run(body)
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from None

@@ -233,6 +233,9 @@ class AgentPlan:
     resources: Instance
     model_name: str | None
     model_server_name: str | None = None  # the model server's name, for the agent's evidence
+    # The agent's model calls are training calls (``token_id_capture`` on the agent, or
+    # ``token_id_capture.all_agents``): their token ids are staged.
+    token_id_capture: bool = False
 
     def settings(self, model_base_url: str | tuple[str, ...], resources_url: str) -> AgentSettings:
         return AgentSettings(
@@ -241,6 +244,7 @@ class AgentPlan:
             model_name=self.model_name,
             name=self.instance.name,
             model_server_name=self.model_server_name,
+            token_id_capture=self.token_id_capture,
             **{k: self.instance.settings[k] for k in ("max_steps",) if k in self.instance.settings},
         )
 
@@ -376,7 +380,21 @@ def plan_servers(
             found, "resources_servers", wanted, "resources_server", instance.name
         )
         model_name = instance.settings.get("model_name", settings.policy_model_name)
-        agents.append(AgentPlan(instance, create, resources_instance, model_name, model.name))
+        training = instance.settings.get("token_id_capture", False)
+        if not isinstance(training, bool):
+            raise ConfigError(
+                f"{instance.name}: token_id_capture must be true or false, got {training!r}"
+            )
+        agents.append(
+            AgentPlan(
+                instance,
+                create,
+                resources_instance,
+                model_name,
+                model.name,
+                token_id_capture=training or settings.token_capture.all_agents,
+            )
+        )
     if not agents:
         raise ConfigError("no agent configured (--agent, --resources-server or an agents block)")
     return ServerPlan(
