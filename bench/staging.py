@@ -4,11 +4,15 @@
 
 The fake upstream (``python -m rollcap.testing``, which returns token ids and logprobs when
 asked), a capture worker (``rollcap serve worker``) staging into a temporary directory, and a
-model server (``rollcap serve model --model-type vllm_model`` with
-``token_id_capture.external_staging`` and capture on) run in processes of their own. The same
-calls, spread over 64 rollouts, go through that stack non-streamed and with ``stream: true``
-(buffered SSE: the answer is staged, recorded, then replayed as events), alternating rounds.
-Reported: calls/s and p50 latency for each, and the ratio buffered / plain.
+model server, the gate (``rollcap serve model --model-type vllm_model`` with
+``token_id_capture: {enabled: true, external_staging: true, rebuild_response: false}``, its
+control token in ``NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN``, and capture on) run in processes of
+their own, on 127.0.0.1. The same training calls
+(``/ng-rollout/<id>/training-token-capture/v1/...``), spread over 64 rollouts, go through that
+stack non-streamed and with ``stream: true`` (buffered SSE: the answer is staged, committed to
+the ledger, then replayed as events), alternating rounds. Reported: calls/s and p50 latency for
+each, the ratio buffered / plain, the staged records on disk
+(``<staging_dir>/<rollout_id>/<call>/record.json``) and what the gate's manifests say.
 """
 
 from __future__ import annotations
@@ -30,7 +34,11 @@ from _procs import started
 
 BIN = Path(sys.executable).parent
 KEY = "bench-key"
+CONTROL_TOKEN = "bench-control-token"
+CONTROL_TOKEN_ENV = "NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN"
 ROUNDS = 3
+ROLLOUTS = 64
+CALL_TIMEOUT_S = 60
 
 
 def _body(dialect: str, n: int, stream: bool) -> bytes:
@@ -54,7 +62,7 @@ async def _round(
         for n in numbers:
             start = time.perf_counter()
             async with session.post(
-                f"{base}/ng-rollout/bench-{n % 64}{path}",
+                f"{base}/ng-rollout/bench-{n % ROLLOUTS}/training-token-capture{path}",
                 data=_body(dialect, n, stream),
                 headers={"content-type": "application/json"},
             ) as response:
@@ -64,11 +72,30 @@ async def _round(
             latencies.append((time.perf_counter() - start) * 1000)
 
     connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    # Bounded: a call that never ends fails the run instead of hanging it.
+    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         start = time.perf_counter()
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
     return calls / elapsed, latencies
+
+
+async def _manifests(base: str) -> tuple[int, int]:
+    """``(records, failures)`` over every rollout's manifest, read on the control route."""
+    records = failures = 0
+    headers = {"authorization": f"Bearer {CONTROL_TOKEN}"}
+    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for n in range(ROLLOUTS):
+            url = f"{base}/training-token-capture/control/rollouts/bench-{n}/manifest"
+            async with session.get(url, headers=headers) as response:
+                if response.status != 200:
+                    raise RuntimeError(f"manifest of bench-{n}: HTTP {response.status}")
+                manifest = orjson.loads(await response.read())
+            records += len(manifest["records"])
+            failures += len(manifest["failures"])
+    return records, failures
 
 
 def main() -> None:
@@ -79,7 +106,7 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="rollcap-bench-staging-"))
-    env = {**os.environ, "ROLLCAP_BENCH_UPSTREAM_KEY": KEY}
+    env = {**os.environ, "ROLLCAP_BENCH_UPSTREAM_KEY": KEY, CONTROL_TOKEN_ENV: CONTROL_TOKEN}
     try:
         up_args = [sys.executable, "-m", "rollcap.testing", "--port", "0", "--api-key", KEY]
         with started(up_args, "http") as (_, up_lines):
@@ -91,10 +118,12 @@ def main() -> None:
                 worker = worker_lines[-1].split(" on ", 1)[1].split(" ", 1)[0]
                 model_args = [str(BIN / "rollcap"), "serve", "model", "--model-type",
                               "vllm_model", "--port", "0", f"++policy_base_url={worker}/v1",
+                              "++token_id_capture.enabled=true",
                               "++token_id_capture.external_staging=true",
+                              "++token_id_capture.rebuild_response=false",
                               "++observability_enabled=true",
                               f"++model_call_capture_dir={work / 'calls'}"]  # fmt: skip
-                with started(model_args, "rollcap") as (_, model_lines):
+                with started(model_args, "rollcap", env=env) as (_, model_lines):
                     model = model_lines[-1].split(" on ", 1)[1].split(" ", 1)[0]
                     results: dict[bool, list[tuple[float, list[float]]]] = {False: [], True: []}
                     for _ in range(ROUNDS):
@@ -103,9 +132,10 @@ def main() -> None:
                                 model, args.dialect, stream, args.calls, args.concurrency
                             )
                             results[stream].append(asyncio.run(measured))
+                    records, failures = asyncio.run(_manifests(model))
         print(f"{args.dialect}, {args.calls} calls x {ROUNDS} rounds per mode, "
-              f"{args.concurrency} concurrent over 64 rollouts; upstream, worker and model "
-              "server share 2 cores with the client")  # fmt: skip
+              f"{args.concurrency} concurrent over {ROLLOUTS} rollouts; upstream, worker and "
+              f"model server share {os.cpu_count()} cores with the client")  # fmt: skip
         rates = {}
         for stream, label in ((False, "plain (non-streamed)"), (True, "buffered SSE")):
             rate = statistics.median(r for r, _ in results[stream])
@@ -113,8 +143,9 @@ def main() -> None:
             rates[stream] = rate
             print(f"{label:<22} {rate:8.0f} calls/s   p50 {p50:6.2f} ms")
         print(f"buffered SSE / plain: {rates[True] / rates[False]:.2f}")
-        staged = sum(1 for d in (work / "staging").iterdir() for _ in d.iterdir())
-        print(f"staged calls on disk: {staged}")
+        staged = sum(1 for _ in (work / "staging").glob("*/*/record.json"))
+        print(f"staged records on disk: {staged} of {2 * ROUNDS * args.calls} calls")
+        print(f"manifests: {records} committed, {failures} failures")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

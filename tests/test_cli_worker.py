@@ -16,7 +16,13 @@ import orjson
 import pytest
 
 from rollcap.cli import main
-from rollcap.staging import CAPTURE_FIELD, COORDS_FIELD, CommitCoords, linearize
+from rollcap.staging import (
+    CAPTURE_FIELD,
+    COORDS_FIELD,
+    CaptureAdmission,
+    CommitCoords,
+    DirectoryStagingSink,
+)
 from rollcap.testing import FakeUpstream
 from tests.conftest import SECRETS
 
@@ -99,11 +105,18 @@ def test_serve_worker_stages_calls_until_interrupted(tmp_path: Path) -> None:
             assert banner.startswith("rollcap capture worker on http://127.0.0.1:")
             assert banner.rstrip().endswith(f" -> {upstream.url}/v1; staging: {staging}")
             url = banner.split(" on ", 1)[1].split(" ", 1)[0]
-            admission = {"rollout_id": "cli-0", "model_call_id": "a1"}
+            admission = CaptureAdmission(rollout_id="cli-0", model_call_id="a1", mode="text")
             messages = [{"role": "user", "content": "Which option?"}]
-            body = {"model": "fake-model", "messages": messages, CAPTURE_FIELD: admission}
+            body = {
+                "model": "fake-model",
+                "messages": messages,
+                CAPTURE_FIELD: admission.model_dump(mode="json"),
+            }
             status, answer = _post(f"{url}/v1/chat/completions", body)
             refused, error = _post(f"{url}/v1/chat/completions", {**body, "stream": True})
+            invalid, bad = _post(
+                f"{url}/v1/chat/completions", {**body, CAPTURE_FIELD: {"rollout_id": "cli-0"}}
+            )
             with urllib.request.urlopen(f"{url}/health", timeout=30) as response:
                 health = orjson.loads(response.read())
         finally:
@@ -111,13 +124,16 @@ def test_serve_worker_stages_calls_until_interrupted(tmp_path: Path) -> None:
             _, err = proc.communicate(timeout=30)
 
     assert status == 200, answer
-    coords = CommitCoords.from_json(answer[COORDS_FIELD])
-    assert coords.staged, coords.reason
-    (chain,) = linearize(staging, "cli-0", coords=[coords])
-    assert chain.token_ids == answer["prompt_token_ids"] + answer["choices"][0]["token_ids"]
-    assert chain.weight_versions == (3,)
+    coords = CommitCoords.model_validate(answer[COORDS_FIELD])
+    assert (coords.staged, coords.staging_key, coords.weight_version) == (True, "cli-0/a1", 3)
+    record = DirectoryStagingSink(staging).fetch_record("cli-0/a1")
+    assert record.token_ids_delta == answer["prompt_token_ids"] + answer["choices"][0]["token_ids"]
+    assert (record.weight_version, record.digest) == (3, coords.digest)
+    assert (staging / "cli-0" / "a1" / "record.json").is_file()
     assert (refused, error["error"]["param"]) == (400, "stream")
-    assert (health["staged"], health["weight_version"]) == (1, 3)
+    assert (invalid, bad["error"]["param"]) == (400, CAPTURE_FIELD)
+    assert (health["staged"], health["capture_failed"], health["in_flight"]) == (1, 0, 0)
+    assert health["weight_version"] == 3
     assert proc.returncode == 0, err
     assert "stopped" in err
     assert UPSTREAM_KEY not in err

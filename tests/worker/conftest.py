@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,16 @@ import pytest
 from aiohttp import web
 
 from rollcap._runtime.serving import serving
-from rollcap.staging import CAPTURE_FIELD, COORDS_FIELD, CommitCoords
+from rollcap.staging import (
+    CAPTURE_FIELD,
+    COORDS_FIELD,
+    CallRecord,
+    CaptureAdmission,
+    CommitCoords,
+    DirectoryStagingSink,
+    LinearizedRow,
+    linearize,
+)
 from rollcap.testing import FakeUpstream
 from rollcap.worker import WorkerSettings, create_worker_app
 from tests.conftest import SECRETS
@@ -38,19 +47,32 @@ async def worker_at(settings: WorkerSettings) -> AsyncIterator[str]:
         yield url
 
 
-def admission(
+def root_admission(model_call_id: str, *, rollout_id: str = "r-0") -> dict[str, Any]:
+    """A root call's ``ng_capture``, as the gate sends it (all nine keys)."""
+    return CaptureAdmission(
+        rollout_id=rollout_id, model_call_id=model_call_id, mode="text"
+    ).model_dump(mode="json")
+
+
+def child_admission(
     model_call_id: str,
+    parent: CommitCoords,
+    chain: Sequence[str],
     *,
-    rollout_id: str = "r-0",
-    parent: str | None = None,
-    pin: list[int] | None = None,
+    inline: Sequence[int] = (),
 ) -> dict[str, Any]:
-    return {
-        "rollout_id": rollout_id,
-        "model_call_id": model_call_id,
-        "parent_model_call_id": parent,
-        "required_prefix_token_ids": pin,
-    }
+    """A continuation of ``parent`` (its staged coords): ``chain`` is the keys root -> parent
+    and the inline prefix empty, as the gate builds it; or ``inline`` is the prefix."""
+    return CaptureAdmission(
+        rollout_id=parent.rollout_id,
+        model_call_id=model_call_id,
+        parent_call_id=parent.model_call_id,
+        prev_len=parent.cum_len,
+        mode="token_in",
+        required_prefix_token_ids=list(inline),
+        staging_chain=list(chain),
+        parent_chain_hash=parent.chain_hash,
+    ).model_dump(mode="json")
 
 
 def chat_body(
@@ -58,6 +80,7 @@ def chat_body(
     capture: dict[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
+    """A chat request as the gate sends it to the worker (STAGING §1.4)."""
     body: dict[str, Any] = {
         "model": "fake-model",
         "messages": messages or [{"role": "user", "content": FIRST_QUESTION}],
@@ -66,6 +89,9 @@ def chat_body(
     }
     if capture is not None:
         body[CAPTURE_FIELD] = capture
+        body.update(logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True)
+        if capture.get("mode") == "token_in":
+            body.setdefault("required_prefix_token_ids", capture["required_prefix_token_ids"])
     return body
 
 
@@ -86,7 +112,12 @@ class Reply:
 
     @property
     def coords(self) -> CommitCoords:
-        return CommitCoords.from_json(self.json[COORDS_FIELD])
+        return CommitCoords.model_validate(self.json[COORDS_FIELD])
+
+    @property
+    def answer(self) -> dict[str, Any]:
+        """The engine's answer: the body without the coords."""
+        return {k: v for k, v in self.json.items() if k != COORDS_FIELD}
 
 
 @dataclass
@@ -110,6 +141,50 @@ class Worker:
         assert reply.status == 200
         health: dict[str, Any] = reply.json
         return health
+
+    async def counts(self) -> tuple[int, int, int]:
+        """``(staged, capture_failed, in_flight)`` from ``/health``."""
+        health = await self.health()
+        return health["staged"], health["capture_failed"], health["in_flight"]
+
+
+def record_json(staging_dir: Path, rollout_id: str, model_call_id: str) -> dict[str, Any]:
+    """The staged record as it is on disk (``<dir>/<rollout>/<call>/record.json``)."""
+    data: dict[str, Any] = orjson.loads(
+        (staging_dir / rollout_id / model_call_id / "record.json").read_bytes()
+    )
+    return data
+
+
+def staged_files(staging_dir: Path) -> list[Path]:
+    return sorted(p for p in staging_dir.rglob("*") if p.is_file())
+
+
+def manifest_rows(coords: Sequence[CommitCoords]) -> list[CallRecord]:
+    """The manifest rows a gate would write for these staged coords (fingerprints left out)."""
+    return [
+        CallRecord.model_validate(
+            {
+                **c.model_dump(exclude={"rollout_id", "disposition"}),
+                "mode": "text" if c.parent_call_id is None else "token_in",
+                "response_id": f"chatcmpl-{c.model_call_id}",
+            }
+        )
+        for c in coords
+    ]
+
+
+def rebuild(staging_dir: Path, chain: Sequence[CommitCoords]) -> LinearizedRow:
+    """The trainer's row for the chain root -> last, verified from the staging directory."""
+    keys = [c.staging_key for c in chain]
+    assert None not in keys
+    snapshots = DirectoryStagingSink(staging_dir).fetch([k for k in keys if k is not None])
+    return linearize(
+        chain[0].rollout_id,
+        snapshots,
+        manifest_rows(chain),
+        terminal_hint=chain[-1].model_call_id,
+    )
 
 
 @pytest.fixture
@@ -158,6 +233,37 @@ async def stub_upstream(handler: StubHandler) -> AsyncIterator[str]:
         yield f"http://{host}:{port}"
     finally:
         await runner.cleanup()
+
+
+def vllm_answer(
+    prompt: list[int],
+    generated: list[int],
+    logprobs: list[float] | None = None,
+    **message: Any,
+) -> dict[str, Any]:
+    """A vLLM chat completion with the token fields the worker asks for."""
+    scores = [-0.5] * len(generated) if logprobs is None else logprobs
+    return {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "stub",
+        "prompt_token_ids": prompt,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok", **message},
+                "finish_reason": "stop",
+                "token_ids": generated,
+                "logprobs": {
+                    "content": [
+                        {"token": f"token_id:{t}", "logprob": s, "bytes": [], "top_logprobs": []}
+                        for t, s in zip(generated, scores, strict=True)
+                    ]
+                },
+            }
+        ],
+    }
 
 
 def free_port() -> int:

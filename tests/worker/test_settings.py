@@ -18,6 +18,11 @@ def test_settings(tmp_path: Path) -> None:
     assert "sk-not-shown" not in repr(settings)
 
 
+def test_the_worker_keeps_nothing_per_rollout_to_bound() -> None:
+    # The capture keeps no state per rollout or call: there is no cap to configure.
+    assert not any("rollout" in name for name in WorkerSettings.__dataclass_fields__)
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -29,7 +34,6 @@ def test_settings(tmp_path: Path) -> None:
         ({"weight_version": -1}, "weight version"),
         ({"weight_version": True}, "weight version"),
         ({"read_timeout_s": 0}, "read_timeout_s"),
-        ({"max_rollouts": 0}, "max_rollouts"),
     ],
 )
 def test_bad_settings(tmp_path: Path, changes: dict[str, object], message: str) -> None:

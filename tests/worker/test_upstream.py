@@ -24,6 +24,11 @@ def test_url_for_keeps_a_base_path() -> None:
     assert upstream.url_for("/v1/models") == "https://h/serving/v1/models"
 
 
+def test_url_for_keeps_the_query() -> None:
+    upstream = _upstream("http://h:1/v1")
+    assert upstream.url_for("/v1/models", "limit=5") == "http://h:1/v1/models?limit=5"
+
+
 CLIENT = [
     ("Authorization", "Bearer client"),
     ("x-api-key", "client"),

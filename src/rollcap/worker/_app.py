@@ -1,29 +1,35 @@
 """The capture worker: a Starlette app in front of a vLLM-compatible chat endpoint.
 
-One captured call's way through it:
+It is the worker of STAGING (NeMo Gym 0.7.0's external staging), with ``DirectoryStagingSink``
+as its sink and source; it keeps nothing per rollout or per call. One admitted call's way
+through it:
 
-1. ``POST /v1/chat/completions`` with ``ng_capture``: the admission is read (a bad one, or
-   ``"stream": true``, is refused with 400 and nothing goes upstream) and begun.
-2. Upstream gets the request asking for token ids and logprobs (``_protocol.upstream_request``).
+1. ``POST /v1/chat/completions`` with ``ng_capture``: the admission is read (a bad one,
+   ``"stream": true``, or a body pin other than the admission's inline prefix is refused with
+   400 and nothing goes upstream).
+2. A continuation's prefix is the concatenated ``token_ids_delta`` of its ``staging_chain``,
+   fetched from the staging directory (in a thread) and checked to be the chain the
+   admission's ``parent_chain_hash`` commits to, or the admission's inline prefix; the engine
+   gets it as ``required_prefix_token_ids`` (``VLLMCaptureAdapter.enter_prefix``), so it
+   continues from the exact ids, never a re-tokenization. A prefix that cannot be resolved
+   (a missing or broken chain) still gets its answer, with ``capture_failed`` coordinates.
 3. No usable answer (unreachable, timeout, an error status, a body that is not a JSON object):
-   the call is failed, so the capture holds nothing in flight for it, and the client gets the
-   upstream's status and body, or 502/504 with an error body (``_proxy.forward``'s map).
+   the call is failed and the gate gets the upstream's status and body, or 502/504.
 4. An answer: the call is completed in a thread (staging fsyncs; the event loop never waits on
-   a disk) and the client gets the answer plus ``ng_commit_coords``, ``staged`` or
-   ``capture_failed`` alike, except a pinned prefix the prompt does not start with: 409.
+   a disk) and the gate gets the answer plus ``ng_commit_coords``, ``staged`` or
+   ``capture_failed`` alike (an engine that did not honour the pinned prefix is one).
 
 Every begun call ends in exactly one of ``complete_call_from_response`` and ``fail_call``,
-whatever happens to the request (``_Worker._captured``).
-
-Without ``ng_capture`` a request is passed through untouched (streams included), as are
-``GET /v1/models`` calls, by the model server's forwarder (``_proxy.forward.pass_through``):
-nothing is staged.
+whatever happens to the request (``_Worker._captured``); ``/health`` counts them (``staged``,
+``capture_failed``, ``in_flight``). Without ``ng_capture`` a request is passed through
+untouched (streams included), as are ``GET /v1/models`` calls: nothing is staged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -43,19 +49,20 @@ from rollcap._proxy.relay import BreakOffMiddleware
 from rollcap.dialects import openai_error
 from rollcap.staging import (
     CAPTURE_FIELD,
-    Admission,
+    ActiveCall,
+    CaptureAdmission,
+    CaptureError,
     CommitCoords,
     DirectoryStagingSink,
-    PendingCall,
     RolloutTokenCapture,
     VLLMCaptureAdapter,
 )
 from rollcap.worker._protocol import (
     Refusal,
-    fails_closed,
-    prefix_mismatch_body,
+    chain_prefix,
+    engine_request,
+    failed_coords,
     read_admission,
-    upstream_request,
     with_coords,
 )
 from rollcap.worker._settings import WorkerSettings, prepare_staging_dir
@@ -68,6 +75,7 @@ log = logging.getLogger("rollcap.worker")
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 _CAPTURE_MARK = CAPTURE_FIELD.encode()
+_ESCAPE_MARK = b"\\u"
 
 
 def _json(body: bytes, status: int, headers: dict[str, str] | None = None) -> Response:
@@ -97,24 +105,28 @@ class _NoAnswer:
 class _Worker:
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
+        self.sink = DirectoryStagingSink(settings.staging_dir)
         self.adapter = VLLMCaptureAdapter()
         self.capture = RolloutTokenCapture(
-            DirectoryStagingSink(settings.staging_dir),
-            self.adapter,
-            settings.weight_version,
-            max_rollouts=settings.max_rollouts,
+            sink=self.sink,
+            weight_version_fn=lambda: settings.weight_version,
+            adapter=self.adapter,
         )
         self.upstream = Upstream(settings)
+        # Completions end in worker threads: the counters change under a lock.
+        self._lock = threading.Lock()
         self.staged = 0
         self.capture_failed = 0
+        self.in_flight = 0
 
     # -- routes --------------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> Response:
         raw = await request.body()
-        # Cheap test first: most pass-through bodies are never parsed here.
+        # Cheap test first: most pass-through bodies are never parsed here. A body with JSON
+        # escapes is parsed too: the key may be spelled with one.
         body: object = None
-        if _CAPTURE_MARK in raw:
+        if _CAPTURE_MARK in raw or _ESCAPE_MARK in raw:
             with contextlib.suppress(orjson.JSONDecodeError):
                 body = orjson.loads(raw)
         if not isinstance(body, dict) or CAPTURE_FIELD not in body:
@@ -130,21 +142,28 @@ class _Worker:
             raw = await request.body()
         headers = self.upstream.headers(request.headers.items())
         try:
-            upstream = await self.upstream.open(request.method, request.url.path, raw, headers)
+            upstream = await self.upstream.open(
+                request.method, request.url.path, raw, headers, query=request.url.query
+            )
         except UpstreamFailure as failure:
             return _error(failure.status, failure.kind, str(failure))
         return await pass_through(upstream, None)
 
     async def health(self, request: Request) -> Response:
+        with self._lock:
+            counts = {
+                "staged": self.staged,
+                "capture_failed": self.capture_failed,
+                "in_flight": self.in_flight,
+            }
         return _json(
             orjson.dumps(
                 {
                     "status": "ok",
                     "upstream": self.settings.upstream_url,
                     "staging_dir": str(self.settings.staging_dir),
-                    "weight_version": self.capture.weight_version,
-                    "staged": self.staged,
-                    "capture_failed": self.capture_failed,
+                    "weight_version": self.settings.weight_version,
+                    **counts,
                 }
             ),
             200,
@@ -153,30 +172,64 @@ class _Worker:
     # -- one captured call ---------------------------------------------------------------------
 
     async def _captured(
-        self, request: Request, body: dict[str, Any], admission: Admission
+        self, request: Request, body: dict[str, Any], admission: CaptureAdmission
     ) -> Response:
-        outgoing = orjson.dumps(upstream_request(self.adapter, body, admission))
         headers = self.upstream.headers(request.headers.items(), json_body=True)
-        # In a thread: a parent the capture does not remember is looked up in the staging
-        # directory. Shielded: a begun call must reach the try below, which ends it once.
-        with anyio.CancelScope(shield=True):
-            call = await anyio.to_thread.run_sync(self.capture.begin_call, admission)
         try:
-            outcome = await self._ask(outgoing, headers)
+            prefix = await self._prefix(admission)
+            call = self.capture.begin_call(admission, prefix_token_ids=prefix)
+        except Exception as exc:
+            # Nothing can be staged; the engine still answers, and the gate learns so.
+            log.warning(
+                "capture worker: %s/%s not staged: %s",
+                admission.rollout_id,
+                admission.model_call_id,
+                exc,
+            )
+            return await self._unstaged(body, headers, admission)
+        with self._lock:
+            self.in_flight += 1
+        pinned = call.prefix_token_ids if admission.mode == "token_in" else None
+        try:
+            outcome = await self._ask(
+                orjson.dumps(engine_request(body, pinned, self.adapter)), headers
+            )
+            if isinstance(outcome, _NoAnswer):
+                self._fail(call, outcome.reason)
+                return outcome.response
+            # In a thread: staging fsyncs, and the event loop never waits on a disk. Not
+            # abandoned on cancellation: once the thread has the call, it ends it.
+            coords = await anyio.to_thread.run_sync(self._complete, call, outcome.answer)
         except BaseException:
-            # Cancelled (the server is stopping) or a bug: the call still ends, once.
-            self._fail(call, "the call was cancelled before the upstream answered")
+            # Cancelled (the client left, the server is stopping) or a bug: the call still
+            # ends, once (a no-op when the thread ended it already).
+            self._fail(call, "the request ended before the call was staged")
             raise
-        if isinstance(outcome, _NoAnswer):
-            self._fail(call, outcome.reason)
-            return outcome.response
-        # Never abandoned on cancellation: the capture ends the call itself once it has it.
-        coords = await anyio.to_thread.run_sync(
-            self.capture.complete_call_from_response, call, outcome.answer
+        return _json(
+            with_coords(outcome.raw, outcome.answer, coords), outcome.status, outcome.headers
         )
-        self._count(coords)
-        if fails_closed(coords):
-            return _json(prefix_mismatch_body(coords), 409)
+
+    async def _prefix(self, admission: CaptureAdmission) -> list[int] | None:
+        """A continuation's exact prefix: its chain's deltas (fetched from the staging
+        directory in a thread, checked against the admission), or the inline ids."""
+        if admission.mode == "text":
+            return None
+        if not admission.staging_chain:
+            return list(admission.required_prefix_token_ids)
+        snapshots = await anyio.to_thread.run_sync(self.sink.fetch, list(admission.staging_chain))
+        return chain_prefix(admission, snapshots)
+
+    async def _unstaged(
+        self, body: dict[str, Any], headers: list[tuple[str, str]], admission: CaptureAdmission
+    ) -> Response:
+        """The engine's answer to a call that could not be begun, with failed coordinates
+        (or the engine's failure, as for a begun call)."""
+        with self._lock:
+            self.capture_failed += 1
+        outcome = await self._ask(orjson.dumps(engine_request(body, None, self.adapter)), headers)
+        if isinstance(outcome, _NoAnswer):
+            return outcome.response
+        coords = failed_coords(admission, self.settings.weight_version)
         return _json(
             with_coords(outcome.raw, outcome.answer, coords), outcome.status, outcome.headers
         )
@@ -201,16 +254,30 @@ class _Worker:
             )
         return _Answered(upstream.status, raw, answer, for_client(upstream.headers, rewritten=True))
 
-    def _fail(self, call: PendingCall, reason: str) -> None:
-        coords = self.capture.fail_call(call, reason)
-        log.warning("capture worker: %s not staged: %s", coords.staging_key, reason)
-        self._count(coords)
+    def _complete(self, call: ActiveCall, answer: dict[str, Any]) -> CommitCoords:
+        """Stage the call from the engine's answer (blocking: run in a thread)."""
+        coords = self.capture.complete_call_from_response(call, answer)
+        self._ended(coords)
+        return coords
 
-    def _count(self, coords: CommitCoords) -> None:
-        if coords.staged:
-            self.staged += 1
-        else:
-            self.capture_failed += 1
+    def _fail(self, call: ActiveCall, reason: str) -> None:
+        """End the call as ``capture_failed``, unless something ended it already."""
+        try:
+            coords = self.capture.fail_call(call, reason=reason)
+        except CaptureError:
+            return  # completed (staged or not) before: a call ends once
+        log.warning(
+            "capture worker: %s/%s not staged: %s", coords.rollout_id, coords.model_call_id, reason
+        )
+        self._ended(coords)
+
+    def _ended(self, coords: CommitCoords) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            if coords.staged:
+                self.staged += 1
+            else:
+                self.capture_failed += 1
 
 
 def create_worker_app(settings: WorkerSettings) -> Starlette:

@@ -29,7 +29,6 @@ class WorkerSettings:
     weight_version: int = 0
     connect_timeout_s: float = 30.0
     read_timeout_s: float = 600.0
-    max_rollouts: int = 4096
 
     def __post_init__(self) -> None:
         url = self.upstream_url
@@ -63,9 +62,6 @@ class WorkerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"{name} must be a number > 0, not {value!r}")
-        rollouts = self.max_rollouts
-        if isinstance(rollouts, bool) or not isinstance(rollouts, int) or rollouts < 1:
-            raise ValueError(f"max_rollouts must be an integer >= 1, not {rollouts!r}")
         if self.api_key is not None and not isinstance(self.api_key, str):
             raise ValueError("the upstream API key must be a string")
 

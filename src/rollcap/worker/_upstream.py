@@ -33,8 +33,8 @@ class Upstream:
             await self._session.close()
             self._session = None
 
-    def url_for(self, path: str) -> str:
-        return upstream_url(self._base, path)
+    def url_for(self, path: str, query: str = "") -> str:
+        return upstream_url(self._base, path, query)
 
     def headers(
         self, client_headers: Iterable[tuple[str, str]], *, json_body: bool = False
@@ -47,9 +47,16 @@ class Upstream:
         )
 
     async def open(
-        self, method: str, path: str, body: bytes, headers: list[tuple[str, str]]
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: list[tuple[str, str]],
+        *,
+        query: str = "",
     ) -> aiohttp.ClientResponse:
         """The upstream's response, headers read; ``UpstreamFailure`` when there is none.
         The caller releases it."""
         assert self._session is not None, "the worker's lifespan did not start"
-        return await open_upstream(self._session, method, self.url_for(path), body or None, headers)
+        url = self.url_for(path, query)
+        return await open_upstream(self._session, method, url, body or None, headers)
