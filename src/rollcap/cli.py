@@ -248,6 +248,12 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--staging", type=Path, metavar="DIR", help="the RL staging directory (token view)"
     )
+    parser.add_argument(
+        "--ledger",
+        type=Path,
+        metavar="DIR",
+        help="the staging gate's ledger directory (token_id_capture.dir; default: DIR itself)",
+    )
 
 
 def _capture_list(directory: str) -> int:
@@ -297,7 +303,7 @@ def _capture_attach(args: argparse.Namespace) -> int:
 def _capture_report(args: argparse.Namespace) -> int:
     from rollcap.report import DEFAULT_PAYLOAD_BUDGET, find_run, write_report
 
-    run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging)
+    run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging, ledger=args.ledger)
     budget = DEFAULT_PAYLOAD_BUDGET if args.payload_budget is None else args.payload_budget
     stats = write_report(run, args.output, payload_budget=budget)
     print(
@@ -317,7 +323,7 @@ def _capture_view(args: argparse.Namespace) -> int:
     from rollcap._runtime.serving import bind, serving
     from rollcap.report import create_view_app, find_run
 
-    run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging)
+    run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging, ledger=args.ledger)
     app = create_view_app(run, host=args.host)
     sock = bind(args.host, args.port)
 

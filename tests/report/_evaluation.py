@@ -10,13 +10,17 @@ The rollouts cover every kind of call the report shows:
   torn last line, as a crash leaves it;
 - task 2, rollout ``2-0`` (Anthropic Messages): streamed thinking, a stream cut short, a stream
   error event; the rollout failed (a failures-file line);
-- task 3, rollout ``3-0`` (chat, RL): two turns through a capture worker that stages their
-  token ids into ``staging/`` (the token view).
+- task 3, rollout ``3-0`` (chat, RL): two training calls
+  (``/ng-rollout/<id>/training-token-capture``) through the staging gate and a capture worker
+  (weights ``WEIGHT_VERSION``), which stages their token ids into ``staging/``; the gate's
+  ledger (``3-0.lineage.jsonl``) lands in the capture directory, its default place (the token
+  view).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +33,14 @@ import orjson
 
 from rollcap._runtime.serving import serving_in_thread
 from rollcap.collect import Rollout, failure_line, failures_path, rollout_line
+from rollcap.config import TokenCaptureSettings
 from rollcap.server import ModelServerSettings, create_model_app
 from rollcap.testing import HEADER_SCENARIO, FakeUpstream
 from rollcap.worker import WorkerSettings, create_worker_app
 
 UPSTREAM_KEY = "report-upstream-key"
+CONTROL_TOKEN = "report-control-token"
+WEIGHT_VERSION = 7
 DIVERGE_AT = 2
 TOOLS: list[Any] = [
     {
@@ -95,9 +102,14 @@ class Evaluation:
         return self.job_dir / "staging"
 
     def openai(self, rollout_id: str, *, staged: bool = False) -> openai.OpenAI:
-        base = self.staged_url if staged else self.openai_url
+        # Only a training call (the training-token-capture segment) is staged.
+        base = (
+            f"{self.staged_url}/ng-rollout/{rollout_id}/training-token-capture"
+            if staged
+            else f"{self.openai_url}/ng-rollout/{rollout_id}"
+        )
         return openai.OpenAI(
-            base_url=f"{base}/ng-rollout/{rollout_id}/v1",
+            base_url=f"{base}/v1",
             api_key="client-key",
             max_retries=0,
             http_client=self.http,
@@ -198,7 +210,7 @@ class Evaluation:
         self.fail(2, 0, "the model stream broke off </b>")
 
     def staged_rollout(self) -> None:
-        """Task 3: two chat turns whose token ids the capture worker stages."""
+        """Task 3: two training calls, the second continuing the first; the worker stages both."""
         client = self.openai("3-0", staged=True)
         messages: list[Any] = [{"role": "user", "content": "Say hello."}]
         first = client.chat.completions.create(model="fake-model", messages=messages)
@@ -211,8 +223,24 @@ class Evaluation:
 
 
 @contextlib.contextmanager
+def _control_token() -> Iterator[None]:
+    """The gate's control-route token in its environment variable while the app is made."""
+    name = TokenCaptureSettings().control_auth_token_env
+    before = os.environ.get(name)
+    os.environ[name] = CONTROL_TOKEN
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
+@contextlib.contextmanager
 def evaluation_servers(job_dir: Path) -> Iterator[Evaluation]:
-    """A fake upstream and an OpenAI-type and an Anthropic-type capturing model server."""
+    """A fake upstream, an OpenAI-type and an Anthropic-type capturing model server, and a
+    staging gate (a vllm_model server with external staging) in front of a capture worker."""
     capture_dir = job_dir / "model-calls"
     with FakeUpstream.running_in_thread(api_key=UPSTREAM_KEY) as upstream:
 
@@ -229,9 +257,11 @@ def evaluation_servers(job_dir: Path) -> Iterator[Evaluation]:
                 upstream_url=upstream.url,
                 staging_dir=job_dir / "staging",
                 api_key=UPSTREAM_KEY,
+                weight_version=WEIGHT_VERSION,
             )
         )
         with (
+            _control_token(),
             serving_in_thread(create_model_app(settings("openai_model"))) as openai_url,
             serving_in_thread(create_model_app(settings("anthropic_model"))) as anthropic_url,
             serving_in_thread(worker) as worker_url,
@@ -241,8 +271,9 @@ def evaluation_servers(job_dir: Path) -> Iterator[Evaluation]:
                         model_type="vllm_model",
                         base_url=worker_url + "/v1",
                         capture_dir=capture_dir,
-                        external_staging=True,
-                        ledger_dir=job_dir / "ledger",
+                        token_capture=TokenCaptureSettings(
+                            enabled=True, external_staging=True, dir=capture_dir
+                        ),
                     )
                 )
             ) as staged_url,

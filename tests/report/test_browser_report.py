@@ -7,12 +7,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from rollcap.records import RawRecord, model_ref
 from rollcap.report import find_run, write_report
+from rollcap.staging import REASON_WORKER_CAPTURE_FAILED, FileLineageStore
 from rollcap.store import CaptureStore
-from tests.report._evaluation import DIVERGE_AT, EXPECTED_CALLS, EXPECTED_ERRORS, STREAMED
+from tests.report._evaluation import (
+    DIVERGE_AT,
+    EXPECTED_CALLS,
+    EXPECTED_ERRORS,
+    STREAMED,
+    WEIGHT_VERSION,
+)
 from tests.report.conftest import Watched
 
 REASONING = "The request came to the fake upstream."
@@ -147,13 +155,59 @@ def test_the_token_view_of_a_staged_rollout(watched: Watched, report_url: str) -
     page.goto(f"{report_url}#/r/3-0/1")
     view = page.locator("#token-view")
     view.wait_for()
-    assert view.locator(".tag.ok").count() == 2  # both staged calls verified
+    verdict = view.locator("#token-verdict")
+    assert verdict.locator(".tag.ok").inner_text() == "trainable"
+    assert "terminal call #1 (heuristic" in verdict.inner_text()
+    calls = view.locator(".token-calls .tag.ok")
+    assert calls.count() == 2  # both staged calls verified
+    assert f"#0 · verified · weights v{WEIGHT_VERSION}" in calls.first.inner_text()
+    assert view.locator("#token-failures").count() == 0
+    chain = view.locator("h4.chain")
+    assert chain.count() == 1
+    assert "Chain 1 (terminal)" in chain.inner_text()
+    assert chain.locator(".tag.ok").inner_text() == "verified"
     cells = view.locator(".tokens span")
+    generated = view.locator(".tokens span.gen").count()
     assert cells.count() > 50
-    assert view.locator(".tokens span.masked").count() < cells.count()
-    assert view.locator(".tokens b.cut").count() == 2
+    assert 0 < generated < cells.count()
+    assert generated + view.locator(".tokens span.masked").count() == cells.count()
+    cuts = view.locator(".tokens b.cut")
+    assert cuts.count() == 2
+    assert cuts.nth(1).inner_text().startswith(f"call #1 · weights v{WEIGHT_VERSION} · tokens ")
+    assert "carried +" in cuts.nth(1).inner_text()
     watched.shot("tokens")
     assert watched.errors == []
+
+
+def test_a_refused_rollout_shows_its_codes_and_failures(
+    watched: Watched, job_copy: Path, tmp_path: Path
+) -> None:
+    record_path = next((job_copy / "staging" / "3-0").glob("*/record.json"))
+    record = orjson.loads(record_path.read_bytes())
+    record["token_ids_delta"][0] += 1
+    record_path.write_bytes(orjson.dumps(record))
+    FileLineageStore(job_copy / "model-calls").record_failure(
+        "3-0", "f" * 32, REASON_WORKER_CAPTURE_FAILED
+    )
+    target = tmp_path / "report.html"
+    write_report(find_run(job_copy, staging=job_copy / "staging"), target)
+    watched.open(target.as_uri() + "#/r/3-0")
+    view = watched.page.locator("#token-view")
+    view.wait_for()
+    verdict = view.locator("#token-verdict")
+    assert verdict.locator(".tag.err").inner_text() == "refused"
+    assert verdict.locator("code.refusal").inner_text() == "rollout_failed: worker_capture_failed"
+    assert "worker_capture_failed" in view.locator("#token-failures .tag.err").inner_text()
+    assert view.locator(".token-calls .tag.err").count() == 1
+    assert "does not verify" in view.locator(".token-calls .tag.err").inner_text()
+    assert view.locator("h4.chain .tag.err").inner_text() == "refused"
+    refusal = view.locator("p.refusal").inner_text()
+    assert refusal.startswith("refused: corrupt_digest: call ")
+    assert "as staged, unverified" in refusal
+    assert view.locator(".tokens span").count() > 50
+    watched.shot("tokens-refused")
+    assert watched.errors == []
+    assert watched.outside == []
 
 
 def test_the_page_cannot_reach_the_network(watched: Watched, report_url: str) -> None:
@@ -228,3 +282,19 @@ def test_hostile_model_output_is_shown_as_text(watched: Watched, tmp_path: Path)
     watched.shot("hostile-list")
     assert watched.errors == []
     assert watched.outside == []
+
+
+def test_without_the_ledger_the_token_view_says_so(
+    watched: Watched, job_copy: Path, tmp_path: Path
+) -> None:
+    (job_copy / "model-calls" / "3-0.lineage.jsonl").unlink()
+    target = tmp_path / "report.html"
+    write_report(find_run(job_copy, staging=job_copy / "staging"), target)
+    watched.open(target.as_uri() + "#/r/3-0")
+    view = watched.page.locator("#token-view")
+    view.wait_for()
+    assert view.locator("#token-verdict.marker").inner_text().startswith("No ledger at ")
+    assert view.locator(".token-calls .tag.ok").count() == 2
+    assert view.locator("h4.chain .tag.ok").inner_text() == "verified"
+    assert view.locator("h4.chain .tag.gap").inner_text() == "records only"
+    assert watched.errors == []

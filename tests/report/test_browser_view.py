@@ -38,6 +38,8 @@ def test_the_served_page_shows_a_rollout_that_lands_while_it_is_open(
         page.wait_for_selector("#divergence[data-call='2']")
         page.goto(url + "/#/r/3-0")
         page.locator("#token-view .tokens span").first.wait_for()
+        assert page.locator("#token-verdict .tag.ok").inner_text() == "trainable"
+        assert page.locator("#token-view .tokens span.gen").count() > 0
         watched.shot("view-tokens")
         # Checked while the server still answers the page's polls.
         assert watched.errors == []

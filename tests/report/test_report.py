@@ -46,6 +46,9 @@ def test_the_report_holds_the_whole_evaluation(evaluation_dir: Path) -> None:
     assert summary["groups"][0] == {"task": 0, "rows": [0, 1], "div": [[None, 2], [2, None]]}
     assert set(data["payloads"]) == set(EXPECTED_CALLS)
     assert set(data["tokens"]) == {"3-0"}
+    tokens = unpack(data["tokens"]["3-0"])
+    assert tokens["verdict"]["trainable"]
+    assert [c["refusal"] for c in tokens["chains"]] == [None]
     assert set(data["raw"]) == {rid for rid, s in STREAMED.items() if any(s)}
     payload = unpack(data["payloads"]["0-0"])
     assert [c["id"] for c in payload["calls"]] == [
@@ -106,3 +109,22 @@ def test_the_page_is_small_hand_written_and_writes_no_markup() -> None:
         assert sink not in js
     assert "fetch(" in js
     assert "DecompressionStream" in js
+
+
+def test_the_command_reads_the_ledger_from_the_directory_it_is_given(
+    job_copy: Path, tmp_path: Path
+) -> None:
+    from rollcap.cli import main
+
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    (job_copy / "model-calls" / "3-0.lineage.jsonl").rename(ledger / "3-0.lineage.jsonl")
+    out = tmp_path / "report.html"
+    common = ["capture", "report", str(job_copy), "--staging", str(job_copy / "staging")]
+    assert main([*common, "--ledger", str(ledger), "-o", str(out)]) == 0
+    tokens = unpack(page_data(out.read_text())["tokens"]["3-0"])
+    assert tokens["verdict"]["trainable"]
+    # Without it, the ledger is looked for in the capture directory, where it no longer is.
+    assert main([*common, "-o", str(out)]) == 0
+    assert not unpack(page_data(out.read_text())["tokens"]["3-0"])["verdict"]
+    assert main([*common, "--ledger", str(tmp_path / "absent"), "-o", str(out)]) == 1

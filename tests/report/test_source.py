@@ -19,8 +19,10 @@ from rollcap.report._source import (
     rollout_order,
     valid_ids,
 )
+from rollcap.report._tokens import SNAPSHOT_UNAVAILABLE
+from rollcap.staging import REASON_UNRESOLVED_PARENT, FileLineageStore
 from rollcap.store import CaptureStore
-from tests.report._evaluation import EXPECTED_CALLS
+from tests.report._evaluation import EXPECTED_CALLS, WEIGHT_VERSION
 
 
 def test_a_job_directory_is_found_by_its_layout(evaluation_dir: Path) -> None:
@@ -29,8 +31,10 @@ def test_a_job_directory_is_found_by_its_layout(evaluation_dir: Path) -> None:
     assert run.rollouts_file == evaluation_dir / "rollouts.jsonl"
     assert run.failures_file == evaluation_dir / "rollouts_failures.jsonl"
     assert run.staging_dir is None
+    assert run.describe()["ledger_dir"] is None
     run = find_run(evaluation_dir, staging=evaluation_dir / "staging")
     assert run.staging_dir == evaluation_dir / "staging"
+    assert run.ledger_root == evaluation_dir / "model-calls"  # the gate's default place
 
 
 def test_a_capture_directory_is_read_as_it_is(evaluation_dir: Path) -> None:
@@ -102,35 +106,126 @@ def test_read_rollout_is_tolerant(job_copy: Path) -> None:
 
 
 def test_the_token_view_of_a_staged_rollout(evaluation_dir: Path) -> None:
-    staging = evaluation_dir / "staging"
-    assert read_tokens(staging, "0-0") is None
-    tokens = read_tokens(staging, "3-0")
+    staging, ledger = evaluation_dir / "staging", evaluation_dir / "model-calls"
+    assert read_tokens(staging, "0-0", ledger_dir=ledger) is None
+    tokens = read_tokens(staging, "3-0", ledger_dir=ledger)
     assert tokens is not None
     assert tokens["error"] is None
-    checks = tokens["checks"]
-    assert isinstance(checks, dict)
-    assert len(checks) == 2
-    assert set(checks.values()) == {None}
-    chains = tokens["chains"]
-    assert isinstance(chains, list)
-    (chain,) = chains
-    assert (
-        len(chain["ids"]) == len(chain["mask"]) == len(chain["logprobs"]) == chain["cum_lens"][-1]
+    assert tokens["ledger"] == {
+        "path": str(ledger / "3-0.lineage.jsonl"),
+        "found": True,
+        "error": None,
+    }
+    calls = [record["model_call_id"] for record in CaptureStore(ledger).read("3-0")]
+    assert [c["id"] for c in tokens["calls"]] == calls  # the gate's ids are the capture's
+    assert all(c["in_manifest"] and c["read"] is None for c in tokens["calls"])
+    assert tokens["calls"][1]["parent"] == calls[0]
+    verdict = tokens["verdict"]
+    assert (verdict["trainable"], verdict["terminal"], verdict["selection"]) == (
+        True,
+        calls[1],
+        "heuristic",
     )
-    assert 0 in chain["mask"]
-    assert 1 in chain["mask"]
+    assert tokens["failures"] == []
+    (chain,) = tokens["chains"]
+    assert (chain["calls"], chain["terminal"], chain["refusal"]) == (calls, True, None)
+    assert chain["custody"] == "ledger"
+    assert (
+        len(chain["ids"])
+        == len(chain["mask"])
+        == len(chain["logprobs"])
+        == chain["spans"][-1]["end"]
+    )
+    assert set(chain["mask"]) == {0.0, 1.0}
+    assert [s["weight_version"] for s in chain["spans"]] == [WEIGHT_VERSION, WEIGHT_VERSION]
+    assert [s["start"] for s in chain["spans"]] == [0, tokens["calls"][1]["prev_len"]]
+    assert [link[0] for link in chain["links"]] == calls
+    # Each call's generated tokens are the ones its span ends with.
+    for span, (_, carry, generated) in zip(chain["spans"], chain["links"], strict=True):
+        assert chain["mask"][span["start"] : span["end"]] == [0.0] * carry + [1.0] * generated
 
 
-def test_a_tampered_staged_call_is_named(job_copy: Path) -> None:
-    staging = job_copy / "staging"
+def test_a_tampered_staged_call_is_refused_with_its_code(job_copy: Path) -> None:
+    staging, ledger = job_copy / "staging", job_copy / "model-calls"
     record_path = next((staging / "3-0").glob("*/record.json"))
     record = orjson.loads(record_path.read_bytes())
-    record["token_ids"][-1] += 1
+    record["token_ids_delta"][-1] += 1
     record_path.write_bytes(orjson.dumps(record))
-    tokens = read_tokens(staging, "3-0")
+    tokens = read_tokens(staging, "3-0", ledger_dir=ledger)
     assert tokens is not None
+    verdict = tokens["verdict"]
+    assert (verdict["trainable"], verdict["code"]) == (False, "corrupt_digest")
+    assert record["model_call_id"] in verdict["detail"]
+    (chain,) = tokens["chains"]
+    assert chain["refusal"]["code"] == "corrupt_digest"
+    assert record["token_ids_delta"][-1] in chain["ids"]  # shown as staged, unverified
+    bad = [c for c in tokens["calls"] if c["read"] is not None]
+    assert [c["id"] for c in bad] == [record["model_call_id"]]
+    assert "staged digest mismatch" in bad[0]["read"]
+    # A record that is not even JSON is unreadable: nothing of it can be verified.
+    record_path.write_bytes(b"{torn")
+    tokens = read_tokens(staging, "3-0", ledger_dir=ledger)
+    assert tokens is not None
+    assert tokens["verdict"]["code"] == SNAPSHOT_UNAVAILABLE
+    assert tokens["chains"][0]["ids"] == []
+
+
+def test_a_failure_in_the_ledger_poisons_the_rollout(job_copy: Path) -> None:
+    ledger = job_copy / "model-calls"
+    FileLineageStore(ledger).record_failure("3-0", "f" * 32, REASON_UNRESOLVED_PARENT)
+    tokens = read_tokens(job_copy / "staging", "3-0", ledger_dir=ledger)
+    assert tokens is not None
+    verdict = tokens["verdict"]
+    assert (verdict["trainable"], verdict["code"], verdict["detail"]) == (
+        False,
+        "rollout_failed",
+        REASON_UNRESOLVED_PARENT,
+    )
+    assert tokens["failures"] == [{"call": "f" * 32, "reason": REASON_UNRESOLVED_PARENT}]
+    assert tokens["chains"][0]["refusal"] is None
+
+
+def test_the_ledger_is_found_where_it_is_named(job_copy: Path, tmp_path: Path) -> None:
+    staging = job_copy / "staging"
+    elsewhere = tmp_path / "ledger"
+    elsewhere.mkdir()
+    os.rename(job_copy / "model-calls" / "3-0.lineage.jsonl", elsewhere / "3-0.lineage.jsonl")
+    run = find_run(job_copy, staging=staging)
+    assert run.ledger_root == job_copy / "model-calls"
+    tokens = read_tokens(staging, "3-0", ledger_dir=run.ledger_root)
+    assert tokens is not None
+    assert tokens["ledger"]["found"] is False
+    assert tokens["verdict"] is None  # the records are still verified, alone
+    (chain,) = tokens["chains"]
+    assert (chain["custody"], chain["refusal"]) == ("records", None)
+    run = find_run(job_copy, staging=staging, ledger=elsewhere)
+    assert run.ledger_root == elsewhere
+    assert run.describe()["ledger_dir"] == str(elsewhere)
+    tokens = read_tokens(staging, "3-0", ledger_dir=run.ledger_root)
+    assert tokens is not None
+    assert tokens["verdict"]["trainable"]
+    with pytest.raises(FileNotFoundError, match="no such ledger directory"):
+        find_run(job_copy, ledger=tmp_path / "absent")
+
+
+def test_a_ledger_that_cannot_be_read_is_named(job_copy: Path) -> None:
+    ledger = job_copy / "model-calls"
+    with (ledger / "3-0.lineage.jsonl").open("ab") as handle:
+        row = {"model_call_id": "x", "response_id": "r", "chain_hash": "h", "cumulative_hash": "c"}
+        handle.write(orjson.dumps(row) + b"\n")
+    tokens = read_tokens(job_copy / "staging", "3-0", ledger_dir=ledger)
+    assert tokens is not None
+    assert tokens["ledger"]["found"] is True
+    assert "not a valid call record" in tokens["ledger"]["error"]
+    assert tokens["verdict"] is None
+    assert tokens["chains"][0]["refusal"] is None
+
+
+def test_a_rollout_the_ledger_lists_but_nothing_staged(job_copy: Path) -> None:
+    ledger = job_copy / "model-calls"
+    FileLineageStore(ledger).record_failure("0-0", "e" * 32, "worker_capture_failed")
+    tokens = read_tokens(job_copy / "staging", "0-0", ledger_dir=ledger)
+    assert tokens is not None
+    assert tokens["failures"] == [{"call": "e" * 32, "reason": "worker_capture_failed"}]
+    assert tokens["verdict"]["code"] == "rollout_failed"
     assert tokens["chains"] == []
-    assert "digest mismatch" in str(tokens["error"])
-    checks = tokens["checks"]
-    assert isinstance(checks, dict)
-    assert sorted(v is None for v in checks.values()) == [False, True]

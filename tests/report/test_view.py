@@ -64,7 +64,9 @@ async def test_summary_rollout_raw_and_tokens(served: tuple[str, aiohttp.ClientS
     status, tokens = await get(session, url + "/api/rollout/3-0/tokens")
     assert status == 200
     assert tokens["error"] is None
+    assert tokens["verdict"]["trainable"]  # the gate's ledger, found in the capture directory
     assert len(tokens["chains"]) == 1
+    assert set(tokens["chains"][0]["mask"]) == {0.0, 1.0}
     assert await get(session, url + "/api/rollout/0-0/tokens") == (200, None)
 
 

@@ -87,7 +87,8 @@ def build_report(
         )  # the summary keeps no payload
         wanted: list[tuple[str, Any, bool]] = [("payloads", full.payload, False)]
         if run.staging_dir is not None:
-            wanted.append(("tokens", read_tokens(run.staging_dir, rollout_id), False))
+            tokens = read_tokens(run.staging_dir, rollout_id, ledger_dir=run.ledger_root)
+            wanted.append(("tokens", tokens, False))
         if full.raw:
             wanted.append(("raw", full.raw, True))
         for kind, value, optional in wanted:

@@ -2,8 +2,10 @@
 
 A run is a capture directory (``<rollout_id>.capture.jsonl`` files), optionally the rollouts
 file that collection wrote (and its ``_failures.jsonl`` beside it), and optionally an RL staging
-directory. ``eval submit``'s job directory holds ``rollouts.jsonl`` and ``model-calls/``: given
-such a directory, both are found without being named.
+directory (``DirectoryStagingSink``'s) with the staging gate's ledger (``FileLineageStore``'s
+``<rollout_id>.lineage.jsonl`` files: in the capture directory, the gate's default place, unless
+another ledger directory is named). ``eval submit``'s job directory holds ``rollouts.jsonl`` and
+``model-calls/``: given such a directory, both are found without being named.
 
 Nothing here raises on damaged content: a line that does not parse is counted, a file that
 cannot be read is a gap of its rollout, a file whose name is no rollout id is a note of the run.
@@ -12,18 +14,24 @@ cannot be read is a gap of its rollout, a file whose name is no rollout id is a 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from rollcap.ids import ROLLOUT_ID_PATTERN, validate_rollout_id
 from rollcap.records import Gap
 from rollcap.report._model import RolloutInput, RolloutLine, rollout_line_info, task_of
-from rollcap.report._tokens import token_payload
-from rollcap.staging import DirectoryStagingSink, LinearizeError, linearize, verify_record
 from rollcap.store import CAPTURE_SUFFIX, CaptureStore
+
+if TYPE_CHECKING:
+    # Imported where they are used: staging's wire models are pydantic's, which every command
+    # would otherwise load with the CLI (and the model server with it).
+    from rollcap.report._tokens import StagedRead
+    from rollcap.staging import DirectoryStagingSink, RolloutManifest, StagedCallBaseSnapshot
 
 __all__ = [
     "JOB_CAPTURE_DIR",
@@ -32,6 +40,7 @@ __all__ = [
     "NOTE_ROLLOUTS_UNREADABLE",
     "RunFiles",
     "find_run",
+    "read_manifest",
     "read_rollout",
     "read_rollout_lines",
     "read_tokens",
@@ -52,6 +61,12 @@ class RunFiles:
     capture_dir: Path
     rollouts_file: Path | None = None
     staging_dir: Path | None = None
+    ledger_dir: Path | None = None  # None: the capture directory
+
+    @property
+    def ledger_root(self) -> Path:
+        """Where the staging gate's ledger files are looked for."""
+        return self.capture_dir if self.ledger_dir is None else self.ledger_dir
 
     @property
     def failures_file(self) -> Path | None:
@@ -66,6 +81,7 @@ class RunFiles:
             "capture_dir": str(self.capture_dir),
             "rollouts_file": None if self.rollouts_file is None else str(self.rollouts_file),
             "staging_dir": None if self.staging_dir is None else str(self.staging_dir),
+            "ledger_dir": None if self.staging_dir is None else str(self.ledger_root),
         }
 
 
@@ -82,10 +98,12 @@ def find_run(
     *,
     rollouts: str | os.PathLike[str] | None = None,
     staging: str | os.PathLike[str] | None = None,
+    ledger: str | os.PathLike[str] | None = None,
 ) -> RunFiles:
     """The run's files. ``directory`` is a capture directory, or a job directory holding
     ``model-calls/`` (and, usually, ``rollouts.jsonl``), recognised when it holds no capture
-    file itself. ``FileNotFoundError`` when a named path is missing."""
+    file itself. ``ledger`` is the staging gate's ledger directory (``token_id_capture.dir``)
+    when it is not the capture directory. ``FileNotFoundError`` when a named path is missing."""
     root = Path(directory)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such directory")
@@ -101,7 +119,10 @@ def find_run(
     staging_dir = None if staging is None else Path(staging)
     if staging_dir is not None and not staging_dir.is_dir():
         raise FileNotFoundError(f"{staging_dir}: no such staging directory")
-    return RunFiles(capture_dir, rollouts_file, staging_dir)
+    ledger_dir = None if ledger is None else Path(ledger)
+    if ledger_dir is not None and not ledger_dir.is_dir():
+        raise FileNotFoundError(f"{ledger_dir}: no such ledger directory")
+    return RunFiles(capture_dir, rollouts_file, staging_dir, ledger_dir)
 
 
 def _jsonl(path: Path) -> Iterator[dict[str, object] | None]:
@@ -191,24 +212,85 @@ def read_rollout(store: CaptureStore, rollout_id: str, line: RolloutLine | None)
     return RolloutInput(rollout_id, records, bad, incomplete, read_error, line)
 
 
-def read_tokens(staging_dir: Path, rollout_id: str) -> dict[str, object] | None:
-    """The token view of one rollout's staged calls; ``None`` when it staged none."""
-    if not (staging_dir / rollout_id).is_dir():
+# DirectoryStagingSink's layout (its module doc): an id of this form is its own file name.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}\Z")
+
+
+def _stored_values(staging_dir: Path, key: str) -> StagedCallBaseSnapshot | None:
+    """The base snapshot of a record that does not parse, its values as stored and unchecked,
+    for the rebuild to refuse with its code (``corrupt_digest``, ``wrong_<field>`` ...); ``None``
+    when the file is no JSON object with every base field, or its path is not a plain one."""
+    from rollcap.staging import StagedCallBaseSnapshot
+
+    rollout_id, _, call_id = key.partition("/")
+    if not (_PLAIN_NAME.match(rollout_id) and _PLAIN_NAME.match(call_id)):
         return None
-    source = DirectoryStagingSink(staging_dir)
-    checks: dict[str, str | None] = {}
     try:
-        records = source.read(rollout_id)
+        raw = orjson.loads((staging_dir / rollout_id / call_id / "record.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    fields = StagedCallBaseSnapshot.model_fields
+    if not isinstance(raw, dict) or not all(name in raw for name in fields):
+        return None
+    return StagedCallBaseSnapshot.model_construct(**{name: raw[name] for name in fields})
+
+
+def _read_staged(sink: DirectoryStagingSink, key: str) -> StagedRead:
+    from rollcap.report._tokens import StagedRead
+    from rollcap.staging import StagedRecordError
+
+    try:
+        (record,) = sink.fetch_records([key])
+    except KeyError:
+        return StagedRead(key, None, f"no staged record for key {key}")
+    except StagedRecordError as exc:
+        return StagedRead(key, _stored_values(sink.root, key), str(exc))
+    except OSError as exc:
+        return StagedRead(key, None, f"{type(exc).__name__}: {exc.strerror or exc}")
+    return StagedRead(key, record.base())
+
+
+def read_manifest(
+    ledger_dir: Path, rollout_id: str
+) -> tuple[RolloutManifest | None, dict[str, Any]]:
+    """The rollout's manifest from the gate's ledger (``None`` when it has no ledger file or
+    the file cannot be read), and where it was looked for: ``path``, ``found``, ``error``."""
+    from rollcap.staging import FileLineageStore
+
+    store = FileLineageStore(ledger_dir, max_cached_rollouts=0)
+    try:
+        path = store.path(rollout_id)
+    except ValueError as exc:
+        return None, {"path": str(ledger_dir), "found": False, "error": str(exc)}
+    info: dict[str, Any] = {"path": str(path), "found": path.is_file(), "error": None}
+    if not info["found"]:
+        return None, info
+    try:
+        return store.manifest(rollout_id), info
     except (OSError, ValueError) as exc:
-        return token_payload([], {}, f"cannot read the staged calls: {exc}")
-    for record in records:
-        try:
-            verify_record(record)
-            checks[record.model_call_id] = None
-        except LinearizeError as exc:
-            checks[record.model_call_id] = str(exc)
+        info["error"] = f"{type(exc).__name__}: {exc}"
+        return None, info
+
+
+def read_tokens(
+    staging_dir: Path, rollout_id: str, *, ledger_dir: Path | None = None
+) -> dict[str, Any] | None:
+    """The token view of one rollout (``_tokens``): its staged calls in ``staging_dir`` and,
+    when ``ledger_dir`` holds the rollout's ledger, its manifest; ``None`` when it staged no
+    call and the ledger lists none. Never raises for damaged content."""
+    from rollcap.report._tokens import token_payload
+    from rollcap.staging import DirectoryStagingSink
+
+    manifest, ledger = (None, None) if ledger_dir is None else read_manifest(ledger_dir, rollout_id)
+    sink = DirectoryStagingSink(staging_dir)
     try:
-        chains = linearize(source, rollout_id)
-    except LinearizeError as exc:
-        return token_payload([], checks, str(exc))
-    return token_payload(chains, checks)
+        keys = sink.rollout_keys(rollout_id)
+    except OSError as exc:
+        reason = f"cannot read the staged calls: {type(exc).__name__}: {exc.strerror or exc}"
+        return token_payload(rollout_id, [], manifest, ledger=ledger, error=reason)
+    listed = [] if manifest is None else [row.staging_key for row in manifest.records]
+    if not keys and not listed and (manifest is None or not manifest.failures):
+        return None
+    wanted = [*keys, *(key for key in dict.fromkeys(listed) if key not in keys)]
+    reads = [_read_staged(sink, key) for key in wanted]
+    return token_payload(rollout_id, reads, manifest, ledger=ledger)

@@ -6,7 +6,8 @@ summary, so rollouts that land while it is open appear.
 - ``GET /api/summary``: the summary (as in the report), plus ``revision``, which changes when
   any file of the run does.
 - ``GET /api/rollout/<rollout_id>``: one rollout's payload (each call's delta and answer).
-- ``GET /api/rollout/<rollout_id>/tokens``: its token view (with a staging directory).
+- ``GET /api/rollout/<rollout_id>/tokens``: its token view (with a staging directory): the
+  staged calls, their chains verified, and the gate's manifest when its ledger is there.
 - ``GET /api/rollout/<rollout_id>/call/<position>/raw``: one call's raw texts (the raw SSE).
 
 Files are read lazily: a summary keeps a few numbers per call, recomputed only for the files
@@ -155,7 +156,7 @@ class RunIndex:
     def tokens(self, rollout_id: str) -> dict[str, Any] | None:
         if self.run.staging_dir is None:
             return None
-        return read_tokens(self.run.staging_dir, rollout_id)
+        return read_tokens(self.run.staging_dir, rollout_id, ledger_dir=self.run.ledger_root)
 
     def close(self) -> None:
         self.store.close()

@@ -534,28 +534,54 @@
     return box;
   }
 
+  // The staged tokens (rollcap.report._tokens): the trainer's verdict from the gate's manifest,
+  // its failures, each staged call, and each chain verified (mask 1.0 = generated).
   function tokenView(tokens, payload) {
     const box = h("section", { class: "detail", id: "token-view" }, h("h3", null, "Tokens"));
     const position = new Map((payload ? payload.calls : []).map((c, i) => [c.id, i]));
-    if (tokens.error) box.appendChild(h("p", { class: "marker" }, "not linearized: " + tokens.error));
-    const checks = Object.entries(tokens.checks);
-    box.appendChild(h("p", null, "Digests: ", checks.map(([id, why]) => tag((position.has(id) ? "#" + position.get(id) : id.slice(0, 8)) + (why ? " failed" : " verified"), why ? "err" : "ok"))));
+    const name = (id) => (position.has(id) ? "#" + position.get(id) : String(id).slice(0, 8));
+    const refusal = (r) => r.code + (r.detail ? ": " + r.detail : "");
+    if (tokens.error) box.appendChild(h("p", { class: "marker" }, tokens.error));
+    const ledger = tokens.ledger;
+    const verdict = tokens.verdict;
+    if (ledger && ledger.error) box.appendChild(h("p", { class: "marker" }, "the ledger " + ledger.path + " cannot be read: " + ledger.error));
+    if (verdict) {
+      const how = verdict.selection ? " (" + verdict.selection + (verdict.attribution ? ": " + verdict.attribution : "") + ")" : "";
+      box.appendChild(h("p", { id: "token-verdict" }, "Trainer: ", verdict.trainable
+        ? [tag("trainable", "ok"), " terminal call " + name(verdict.terminal) + how]
+        : [tag("refused", "err"), " ", h("code", { class: "refusal" }, refusal(verdict)), verdict.terminal ? " · terminal call " + name(verdict.terminal) + how : ""]));
+    } else if (ledger && !ledger.error) {
+      box.appendChild(h("p", { class: "marker", id: "token-verdict" }, "No ledger at " + ledger.path + ": what the gate committed and which calls failed is unknown; the chains are verified against the staged records alone."));
+    }
+    if (tokens.failures.length) {
+      box.appendChild(h("p", { id: "token-failures" }, "Failed calls: ", tokens.failures.map((f) => tag(name(f.call) + " " + f.reason, "err"))));
+    }
+    if (tokens.calls.length) box.appendChild(h("p", { class: "token-calls" }, "Staged calls: ", tokens.calls.map((c) => {
+      const what = name(c.id) + " · " + (c.read === null ? "verified" : c.staged ? "does not verify" : "unreadable") + (c.weight_version === null ? "" : " · weights v" + c.weight_version) + (ledger && !c.in_manifest ? " · not in the ledger" : "");
+      return h("span", { class: "tag " + (c.read === null ? "ok" : "err"), title: (c.key || c.id) + (c.read ? "\n" + c.read : "") }, what);
+    })));
     tokens.chains.forEach((chain, n) => {
+      const generated = chain.mask.filter((m) => m === 1).length;
+      const head = "Chain " + (n + 1) + (chain.terminal ? " (terminal)" : "") + ": " + chain.ids.length + " tokens (" + generated + " generated), " + chain.calls.length + " calls" + (chain.chain_hash ? ", chain hash " + String(chain.chain_hash).slice(0, 16) : "") + " ";
+      box.appendChild(h("h4", { class: "chain" }, head, chain.refusal ? tag("refused", "err") : tag("verified", "ok"), chain.custody === "ledger" ? null : tag(chain.custody === "records" ? "records only" : "partly in the ledger", "gap")));
+      if (chain.refusal) box.appendChild(h("p", { class: "marker refusal" }, "refused: " + refusal(chain.refusal) + (chain.ids.length ? " (the tokens below are as staged, unverified)" : "")));
       const cells = h("div", { class: "tokens" });
       const limit = Math.min(chain.ids.length, MAX_TOKENS);
+      const links = new Map((chain.links || []).map(([id, carry, gen]) => [id, [carry, gen]]));
       let boundary = 0;
       for (let i = 0; i < limit; i++) {
-        while (boundary < chain.calls.length && chain.prev_lens[boundary] === i) {
-          const id = chain.calls[boundary];
-          cells.appendChild(h("b", { class: "cut" }, "call " + (position.has(id) ? "#" + position.get(id) : id) + " from token " + i));
+        while (boundary < chain.spans.length && chain.spans[boundary].start === i) {
+          const span = chain.spans[boundary];
+          const link = links.get(span.call);
+          cells.appendChild(h("b", { class: "cut", title: span.call }, "call " + name(span.call) + " · weights v" + num(span.weight_version) + " · tokens " + span.start + "–" + span.end + (link ? " · " + link[0] + " carried + " + link[1] + " generated" : "")));
           boundary++;
         }
-        const masked = chain.mask[i] === 0;
+        const m = chain.mask[i];
+        const kind = m === 1 ? "gen" : m === 0 ? "masked" : "odd";
         const lp = chain.logprobs[i];
-        const shade = masked ? null : "background:hsl(" + Math.round(120 * Math.exp(Math.max(lp, -10))) + ",70%,78%)";
-        cells.appendChild(h("span", { class: masked ? "masked" : null, style: shade, title: "id " + chain.ids[i] + " · mask " + chain.mask[i] + (masked ? "" : " · logprob " + lp) }, String(chain.ids[i])));
+        const shade = kind === "gen" && typeof lp === "number" ? "background:hsl(" + Math.round(120 * Math.exp(Math.max(lp, -10))) + ",70%,78%)" : null;
+        cells.appendChild(h("span", { class: kind, style: shade, title: "id " + chain.ids[i] + " · mask " + m + (kind === "masked" ? " (prompt)" : " · logprob " + lp) }, String(chain.ids[i])));
       }
-      box.appendChild(h("h4", null, "Chain " + (n + 1) + ": " + chain.ids.length + " tokens, " + chain.calls.length + " calls, hash " + chain.chain_hash.slice(0, 16)));
       if (chain.ids.length > limit) box.appendChild(h("p", { class: "muted" }, "the first " + limit + " tokens"));
       box.appendChild(cells);
     });
