@@ -787,7 +787,12 @@ def test_a_model_servers_settings_come_from_the_runs(tmp_path: Path) -> None:
             "policy_base_url": "http://upstream/v1",
             "policy_api_key": "run-key",
             "pass_client_credentials": True,
-            "token_id_capture": {"external_staging": True, "ledger_dir": str(tmp_path / "ledger")},
+            "token_id_capture": {
+                "enabled": True,
+                "external_staging": True,
+                "rebuild_response": False,
+                "dir": str(tmp_path / "ledger"),
+            },
             "max_request_bytes": 1000,
             "capture_max_response_bytes": 2000,
         }
@@ -799,8 +804,8 @@ def test_a_model_servers_settings_come_from_the_runs(tmp_path: Path) -> None:
     assert settings.api_key == "run-key"
     assert settings.capture_dir == tmp_path / "capture"
     assert settings.pass_client_credentials is True
-    assert settings.external_staging is True
-    assert settings.ledger_dir == tmp_path / "ledger"
+    assert settings.token_capture.external_staging is True
+    assert settings.token_capture.dir == tmp_path / "ledger"
     assert (settings.max_request_bytes, settings.capture_max_response_bytes) == (1000, 2000)
 
     own = ModelServerSettings.from_run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -28,7 +29,12 @@ from rollcap._proxy.forward import (
     relay,
 )
 from rollcap._proxy.relay import StreamResponse
-from rollcap.config import CLIENT_SESSION_HEADERS, MAX_REQUEST_BYTES, RunSettings
+from rollcap.config import (
+    CLIENT_SESSION_HEADERS,
+    MAX_REQUEST_BYTES,
+    RunSettings,
+    TokenCaptureSettings,
+)
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import (
@@ -40,6 +46,7 @@ from rollcap.server._answers import (
 )
 from rollcap.server._fresh import new_model_call_id
 from rollcap.server._middleware import (
+    BODY_KEY,
     DIALECT_ROUTES,
     RECORDER_KEY,
     CaptureMiddleware,
@@ -78,8 +85,7 @@ class ModelServerSettings:
     read_timeout_s: float = 600.0  # longest silence between two upstream bytes
     backend_options: dict[str, str] = field(default_factory=dict)
     # RL token staging through a capture worker (upstream = the worker); see ``_staged``.
-    external_staging: bool = False
-    ledger_dir: Path | None = None
+    token_capture: TokenCaptureSettings = field(default_factory=TokenCaptureSettings)
     max_request_bytes: int = MAX_REQUEST_BYTES
     capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES
     # Read as the record's client_session_id, in this order (lower-case names).
@@ -90,16 +96,17 @@ class ModelServerSettings:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{key} must be a positive number of bytes, got {value!r}")
-        if self.external_staging:
+        staging = self.token_capture
+        if staging.external_staging:
             if self.model_type != "vllm_model":
                 raise ValueError(
                     "token_id_capture.external_staging needs model type vllm_model (a capture "
                     f"worker in front of a vLLM-compatible chat endpoint), got {self.model_type!r}"
                 )
-            if self.ledger_dir is None or not Path(self.ledger_dir).is_absolute():
+            if staging.dir is None or not Path(staging.dir).is_absolute():
                 raise ValueError(
                     "token_id_capture.external_staging needs an absolute ledger directory "
-                    "(token_id_capture.ledger_dir or model_call_capture_dir)"
+                    "(token_id_capture.dir or model_call_capture_dir)"
                 )
         if self.capture_dir is not None and not Path(self.capture_dir).is_absolute():
             raise ValueError(
@@ -126,8 +133,7 @@ class ModelServerSettings:
             name=name,
             capture_dir=run.capture_dir,
             pass_client_credentials=run.pass_client_credentials,
-            external_staging=run.external_staging,
-            ledger_dir=run.token_ledger_dir,
+            token_capture=run.token_capture,
             max_request_bytes=run.max_request_bytes,
             capture_max_response_bytes=run.capture_max_response_bytes,
             client_session_headers=run.client_session_headers,
@@ -140,12 +146,16 @@ class _Forwarder:
         self.settings = settings
         self.session: aiohttp.ClientSession | None = None
         self.staged: StagedCalls | None = None
-        if settings.external_staging:
+        staging = settings.token_capture
+        if staging.external_staging:
             # Imported only here: a server without RL staging does not load it.
-            from rollcap.server._staged import StagedCalls, ledger_store
+            from rollcap.server._staged import StagedCalls
+            from rollcap.staging import FileLineageStore
 
-            assert settings.ledger_dir is not None  # checked by the settings
-            self.staged = StagedCalls(ledger_store(settings.ledger_dir))
+            assert staging.dir is not None  # checked by the settings
+            self.staged = StagedCalls(
+                FileLineageStore(staging.dir), backend=staging.external_staging_backend
+            )
 
     async def start(self) -> None:
         self.session = forwarding_session(
@@ -162,9 +172,11 @@ class _Forwarder:
         path = request.scope["path"]  # request.url builds a whole URL object per call
         dialect = DIALECT_ROUTES.get(path)
         recorder: CallRecorder | None = request.scope.get(RECORDER_KEY)
-        if self.staged is not None and self.staged.applies(request, dialect):
-            assert dialect is not None
-            return await self.staged.forward(request, dialect, recorder, self._open)
+        if self.staged is not None and dialect is not None:
+            if self.staged.applies(request, dialect):
+                return await self.staged.forward(request, dialect, recorder, self._open)
+            # Not a training call: the worker must not see an admission a client wrote itself.
+            request.scope[BODY_KEY] = self.staged.scrub(await request_body(request))
         if self.backend.translate_to_chat and dialect in TO_CHAT:
             assert dialect is not None
             return await self._translated(request, dialect, recorder)
@@ -263,8 +275,24 @@ class _Forwarder:
             yield b"".join(encode_event(e) for e in out)
 
 
+def _control_token(variable: str) -> str:
+    """The control route's bearer token, from the environment only (never configuration)."""
+    token = os.environ.get(variable, "")
+    if not token:
+        raise ValueError(
+            f"token_id_capture.external_staging needs the control-plane bearer token in the "
+            f"environment variable {variable} (token_id_capture.control_auth_token_env); it is "
+            "missing or empty"
+        )
+    return token
+
+
 def create_model_app(settings: ModelServerSettings) -> Starlette:
-    """The ASGI app of one model server (capture middleware included)."""
+    """The ASGI app of one model server (capture middleware included).
+
+    With external staging, ``ValueError`` when the control route's token is not in the
+    environment: a ledger nobody can read safely is not started.
+    """
     backend = backend_for(
         settings.model_type,
         base_url=settings.base_url,
@@ -309,15 +337,23 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
                     await anyio.to_thread.run_sync(state.writer.close)
                 if store is not None:
                     store.close()  # the store keeps rollout files open between appends
-                if forwarder.staged is not None:
-                    await anyio.to_thread.run_sync(forwarder.staged.ledger.close)
-                    forwarder.staged.ledger.store.close()
 
     routes = [Route(path, forwarder.forward, methods=["POST"]) for path in DIALECT_ROUTES]
     routes += [
         Route("/v1/models", forwarder.forward, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
+    if forwarder.staged is not None:
+        from rollcap.staging import MANIFEST_PATH_TEMPLATE
+
+        token = _control_token(settings.token_capture.control_auth_token_env)
+        routes.append(
+            Route(
+                MANIFEST_PATH_TEMPLATE,
+                forwarder.staged.manifest_route(token),
+                methods=["GET"],
+            )
+        )
     # Starlette keeps its error handler outermost, so the capture middleware sees an exception
     # raised by a route (and records the call) before the client is answered 500.
     app = Starlette(

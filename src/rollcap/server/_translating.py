@@ -52,12 +52,16 @@ class Translation:
         self._id = answer_id
         self._created = created
 
-    def answer(self, chat: Mapping[str, Any]) -> dict[str, Any]:
+    def answer(self, chat: Mapping[str, Any], *, served_id: str | None = None) -> dict[str, Any]:
+        """The client's answer from upstream's chat completion; ``served_id``, when given, is
+        the id it carries instead of one made from ``answer_id`` (staging keeps the worker's)."""
         if self.dialect == "responses":
+            response_id = f"resp_{self._id}" if served_id is None else served_id
             return chat_response_to_responses(
-                chat, self.request, response_id=f"resp_{self._id}", created_at=self._created
+                chat, self.request, response_id=response_id, created_at=self._created
             )
-        return chat_response_to_messages(chat, self.request, message_id=f"msg_{self._id}")
+        message_id = f"msg_{self._id}" if served_id is None else served_id
+        return chat_response_to_messages(chat, self.request, message_id=message_id)
 
     def stream(self) -> StreamTranslator:
         if self.dialect == "responses":
