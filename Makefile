@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck unit browser harness demo bench clean
+.PHONY: test lint typecheck unit browser harness nemo-gym demo bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,8 +52,33 @@ $(HARNESS_STAMP): tests/harness/package.json
 	npm install --prefix .harness --no-audit --no-fund --no-update-notifier --loglevel=error
 	touch $(HARNESS_STAMP)
 
+# NeMo Gym 0.7.0's released staging code, for tests/staging/test_nemo_gym_differential.py: the
+# wheel pinned here (version and SHA-256), from the package registry into .nemo-gym/. It needs
+# Python >= 3.13.14, so it is downloaded, never installed: only nemo_gym/token_id_capture/ is
+# unzipped, and the test loads its stdlib/pydantic/orjson modules in a process of its own. Where
+# the download fails, its tests skip, saying so.
+NEMO_GYM_VERSION := 0.7.0
+NEMO_GYM_WHEEL := nemo_gym-$(NEMO_GYM_VERSION)-py3-none-any.whl
+NEMO_GYM_SHA256 := cce78fc3fd048f36b4c465fe8e9fe3cc5e7afb6f6e287bfe831f156988508a70
+NEMO_GYM_STAMP := .nemo-gym/.installed-$(NEMO_GYM_VERSION)
+
+nemo-gym: $(BIN)/python
+	@$(MAKE) -s --no-print-directory $(NEMO_GYM_STAMP) >/dev/null 2>&1 || { rm -rf .nemo-gym; \
+		echo "rollcap: nemo-gym==$(NEMO_GYM_VERSION) could not be downloaded and checked: the NeMo Gym differential tests will be skipped"; }
+
+$(NEMO_GYM_STAMP):
+	rm -rf .nemo-gym
+	$(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps --retries 2 --timeout 30 \
+		nemo-gym==$(NEMO_GYM_VERSION) --python-version 3.13.14 --only-binary=:all: -d .nemo-gym/dist
+	$(BIN)/python -c 'import hashlib, sys; sys.exit(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest() != sys.argv[2])' \
+		.nemo-gym/dist/$(NEMO_GYM_WHEEL) $(NEMO_GYM_SHA256)
+	$(BIN)/python -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("nemo_gym/token_id_capture/")])' \
+		.nemo-gym/dist/$(NEMO_GYM_WHEEL) .nemo-gym/wheel
+	rm -rf .nemo-gym/dist
+	touch $(NEMO_GYM_STAMP)
+
 # The multi-node tests start Ray's simulated cluster: a pytest process of their own, after the rest.
-unit: $(STAMP) browser harness
+unit: $(STAMP) browser harness nemo-gym
 	$(BIN)/python -m pytest -W error
 	$(BIN)/python -m pytest -W error -m ray
 
@@ -82,4 +107,4 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/ray.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis .harness
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis .harness .nemo-gym
