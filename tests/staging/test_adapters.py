@@ -394,9 +394,10 @@ def test_vllm_generation_errors(change: str, error: type[Exception], match: str)
 # --- vLLM: the message-level bundle -------------------------------------------------------------
 
 
-def test_vllm_bundle_is_read_first() -> None:
+def test_vllm_bundle_generation_is_read_first_and_the_top_level_prompt_wins() -> None:
+    # As 0.7.0's released adapter reads it (tests/staging/test_nemo_gym_differential.py).
     answer = bundle_answer()
-    assert vllm.extract_prompt_ids(answer) == [5, 6, 7]
+    assert vllm.extract_prompt_ids(answer) == [100, 101]
     assert vllm.extract_generation(answer) == ([8, 9], [-0.25, -1.0])
     assert vllm.extract_extras(answer) is None
 
@@ -460,12 +461,6 @@ M = "choices[0].message"
         ("generation_token_ids", [8, -9], ValueError, f"{M}.generation_token_ids[1] is -9"),
         ("generation_log_probs", [-1.0, True], TypeError, f"{M}.generation_log_probs[1] is a bool"),
         ("generation_log_probs", [-1.0, "x"], ValueError, f"{M}.generation_log_probs[1] is 'x'"),
-        (
-            "prompt_token_ids",
-            [5, 0.5],
-            ValueError,
-            f"{M}.prompt_token_ids[1] is 0.5, not an",
-        ),
     ],
 )
 def test_vllm_bundle_errors(key: str, value: Any, error: type[Exception], match: str) -> None:

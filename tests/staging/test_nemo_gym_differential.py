@@ -364,13 +364,7 @@ def _digest_corpus() -> list[tuple[str, dict[str, Any]]]:
     return cases
 
 
-DIFFERENCES["digests"] = {
-    # A nesting deeper than 64 levels: NeMo Gym encodes it; rollcap refuses it.
-    "extras-deep-70": ("hash", "refused"),
-    # A top-level extras that is not an object: NeMo Gym refuses (TypeError); rollcap encodes it.
-    "extras-top-list": ("refused", "hash"),
-    "extras-top-string": ("refused", "hash"),
-}
+DIFFERENCES["digests"] = {}
 
 
 def test_digests_agree(gym: NemoGymProcess) -> None:
@@ -713,27 +707,6 @@ def _capture_short(step: Any) -> Any:
 
 
 DIFFERENCES["capture"] = {
-    # extras that are not an object: NeMo Gym fails the call (compute_extras_digest refuses a
-    # non-mapping); rollcap stages them.
-    "f-extras-list:a": (
-        {"disposition": "capture_failed", "staging_key": None, "records": 0},
-        {"disposition": "staged", "staging_key": "f-extras-list/a", "records": 1},
-    ),
-    "f-extras-list:snapshots": ([], "<1 snapshot>"),
-    "f-extras-list:attachments": ({}, {"f-extras-list/a": {}}),
-    "f-extras-string:a": (
-        {"disposition": "capture_failed", "staging_key": None, "records": 0},
-        {"disposition": "staged", "staging_key": "f-extras-string/a", "records": 1},
-    ),
-    "f-extras-string:snapshots": ([], "<1 snapshot>"),
-    "f-extras-string:attachments": ({}, {"f-extras-string/a": {}}),
-    # extras nested deeper than 64 levels: NeMo Gym stages them, rollcap fails the call.
-    "f-extras-deep-70:a": (
-        {"disposition": "staged", "staging_key": "f-extras-deep-70/a", "records": 1},
-        {"disposition": "capture_failed", "staging_key": None, "records": 0},
-    ),
-    "f-extras-deep-70:snapshots": ("<1 snapshot>", []),
-    "f-extras-deep-70:attachments": ({"f-extras-deep-70/a": {}}, {}),
     # An engine-owned weight_version of 2**64: NeMo Gym's begin_call takes it and the call fails
     # (capture_failed coords that carry 2**64, which orjson cannot write); rollcap's begin_call
     # raises CaptureError.
@@ -856,6 +829,13 @@ def _receipt(
     } | extra
 
 
+def _digest_of_any_extras(value: object) -> str:
+    from rollcap.staging._digest import EXTRAS_DIGEST_DOMAIN, EXTRAS_DIGEST_VERSION, encode_extras
+
+    body = bytes([EXTRAS_DIGEST_VERSION]) + encode_extras(value)
+    return hashlib.sha256(EXTRAS_DIGEST_DOMAIN + body).hexdigest()
+
+
 def _mutated(model: str, data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Mutations of one model's JSON that a reader must take, or refuse, alike."""
     yield "extra-key", data | {"unknown": 1}
@@ -887,7 +867,8 @@ def _mutated(model: str, data: dict[str, Any]) -> Iterator[tuple[str, dict[str, 
         yield "without-extras", {k: v for k, v in data.items() if k != "extras"}
         yield (
             "extras-list",
-            data | {"extras": [1], "extras_digest": staging.compute_extras_digest([1])},
+            # Signed as a list would hash, had it been allowed: both sides must refuse it.
+            data | {"extras": [1], "extras_digest": _digest_of_any_extras([1])},
         )
     if model == "StagedCallBaseSnapshot":
         yield "with-extras", data | {"extras": None}
@@ -1070,16 +1051,6 @@ DIFFERENCES["cross-reading"] = {
     "theirs:0-0:receipt:poisoned-string": (PARSED, REFUSED),
     "stage-result:ok:ok-int": (PARSED, REFUSED),
     "stage-result:ok:ok-string": (PARSED, REFUSED),
-    # ManifestFailure.reason: NeMo Gym requires a non-empty string, rollcap takes "".
-    "theirs:0-0:manifest:failure-empty-reason": (REFUSED, PARSED),
-    # A record NeMo Gym staged with extras nested 70 deep: rollcap cannot read it back.
-    "theirs:f-extras-deep-70:a:record0": (PARSED, REFUSED),
-    "theirs:f-extras-deep-70:a:snapshot0": (PARSED, REFUSED),
-    # Records rollcap staged with extras that are not an object: NeMo Gym cannot read them.
-    "ours:f-extras-list:a:record0": (REFUSED, PARSED),
-    "ours:f-extras-list:a:snapshot0": (REFUSED, PARSED),
-    "ours:f-extras-string:a:record0": (REFUSED, PARSED),
-    "ours:f-extras-string:a:snapshot0": (REFUSED, PARSED),
 }
 
 
@@ -1489,32 +1460,12 @@ def _refusal(code: str, cls: str = "ReceiptVerificationError") -> dict[str, str]
 
 DIFFERENCES["rebuild"] = {}
 for _side in ("theirs", "ours"):
-    DIFFERENCES["rebuild"].update(
-        {
-            # Two rows naming each other as parents, the first at its parent's length: NeMo
-            # Gym checks each row's parent length and then walks its ancestry before the next
-            # row (lineage_cycle); rollcap checks every row's parent length first.
-            f"{_side}:cycle": (
-                _refusal("lineage_cycle", "RebuildError"),
-                _refusal("parent_length_mismatch", "RebuildError"),
-            ),
-            # A row whose weight_version is the float 8.0 (reachable only without validation):
-            # NeMo Gym compares by value and linearizes; rollcap compares types too and refuses.
-            f"{_side}:float-weight-version-row": ("<row>", _refusal("wrong_weight_version")),
-        }
+    # A row whose weight_version is the float 8.0 (reachable only without validation): NeMo
+    # Gym compares by value and linearizes; rollcap compares types too and refuses.
+    DIFFERENCES["rebuild"][f"{_side}:float-weight-version-row"] = (
+        "<row>",
+        _refusal("wrong_weight_version"),
     )
-    for _case in ("0-0:0e3f", "r02:root-only"):
-        # linearize without a hint: NeMo Gym refuses missing_terminal at once, as the base
-        # ReceiptVerificationError; rollcap first verifies the rows (a tampered row gets its
-        # own code) and then raises missing_terminal as RebuildError.
-        DIFFERENCES["rebuild"][f"{_side}:{_case}:linearize-no-hint"] = (
-            _refusal("missing_terminal"),
-            _refusal("missing_terminal", "RebuildError"),
-        )
-        DIFFERENCES["rebuild"][f"{_side}:{_case}:linearize-no-hint-tampered"] = (
-            _refusal("missing_terminal"),
-            _refusal("wrong_weight_version"),
-        )
 
 
 def _rebuild_short(value: Any) -> Any:
@@ -1545,7 +1496,7 @@ def test_rebuild_agrees_both_ways(
     their_cases = {case.removeprefix("theirs:") for case in ids if case.startswith("theirs:")}
     our_cases = {case.removeprefix("ours:") for case in ids if case.startswith("ours:")}
     only = {case.split(":")[0] for case in their_cases ^ our_cases}
-    assert only == {"f-extras-list", "f-extras-string", "f-extras-deep-70"}, only
+    assert only == set(), only
     # Each tampered case gets the refusal it was made for, from NeMo Gym.
     for (case, code, _), answer in zip(cases, theirs, strict=True):
         if code:
@@ -1764,12 +1715,6 @@ DIFFERENCES["adapters"] = {
     "vllm:logprob-bool": (_read(generation=_v([[5], [1.0]])), _read(generation=REFUSED)),
     "vllm:logprob-nan-string": (_read(generation=_v([[5], [_NAN]])), _read(generation=REFUSED)),
     "vllm:logprob-inf": (_read(generation=_v([[5], [_NEG_INF]])), _read(generation=REFUSED)),
-    # A message-level bundle beside a top-level prompt_token_ids: NeMo Gym's code reads the
-    # top level first; rollcap reads the bundle first, as STAGING §6.1 says.
-    "vllm:bundle-and-other-top": (
-        _read(prompt=_v([1, 2, 3]), generation=_v([[9], [-0.1]])),
-        _read(prompt=_v([7, 8]), generation=_v([[9], [-0.1]])),
-    ),
     # The bundle's generation ids: NeMo Gym through int(str(id)) (so "token_id:9" is 9 and 9.0
     # is refused), rollcap by its JSON id rule (an integral float is taken, token_id:N is not).
     "vllm:bundle-token-id-strings": (
@@ -1860,8 +1805,6 @@ DIFFERENCES["adapter-staging"] = {
     "vllm:bundle-float-ids": (_FAILED, ["staged", [7, 8, 9]]),
     "vllm:two-choices": (_FAILED, ["staged", [1, 2, 5]]),
     "vllm:message-string": (_FAILED, ["staged", [1, 5]]),
-    # Both stage, different ids: the top-level prompt (NeMo Gym) or the bundle's (rollcap).
-    "vllm:bundle-and-other-top": (["staged", [1, 2, 3, 9]], ["staged", [7, 8, 9]]),
 }
 
 
@@ -2535,22 +2478,6 @@ def _resolve_corpus() -> list[tuple[str, dict[str, Any]]]:
 
 
 DIFFERENCES["resolve"] = {
-    # An empty explicit call id: NeMo Gym ignores it (falsy); rollcap looks it up and notes
-    # explicit_terminal_not_captured.
-    "explicit-empty": (
-        {"terminal": "b", "method": "content", "reason": "response_has_no_id"},
-        {
-            "terminal": "b",
-            "method": "content",
-            "reason": "explicit_terminal_not_captured,response_has_no_id",
-        },
-    ),
-    # An empty declared response id: NeMo Gym ignores it; rollcap takes it as declared, finds no
-    # row and stops unattributed.
-    "declared-empty": (
-        {"terminal": "b", "method": "content", "reason": "response_has_no_id"},
-        {"terminal": None, "method": "", "reason": "declared_terminal_not_captured"},
-    ),
     # A response id that is not a string: NeMo Gym matches str(id); rollcap has no id.
     "id-int": (
         {"terminal": "n", "method": "response_id", "reason": "response_has_no_output"},

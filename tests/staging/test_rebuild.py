@@ -317,11 +317,12 @@ def test_linearize_wraps_a_declared_receipt() -> None:
     assert linearize("0-0", snapshots(), manifest, terminal_hint="0e3f") == row
 
 
-def test_linearize_without_a_hint_is_missing_its_terminal() -> None:
-    with pytest.raises(RebuildError) as caught:
-        linearize("0-0", snapshots(), rows())
+def test_linearize_without_a_hint_is_missing_its_terminal_before_reading_a_row() -> None:
+    with pytest.raises(ReceiptVerificationError) as caught:
+        linearize("0-0", [], [])
+    assert type(caught.value) is ReceiptVerificationError
     assert caught.value.code == "missing_terminal"
-    assert str(caught.value) == "missing_terminal: receipt names no terminal call"
+    assert str(caught.value) == "missing_terminal: no terminal hint was given"
 
 
 def test_linearize_refuses_a_manifest_with_failures_and_another_rollouts_manifest() -> None:

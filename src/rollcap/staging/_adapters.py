@@ -246,14 +246,14 @@ class VLLMCaptureAdapter:
         return _enter_prefix(request, prefix_ids)
 
     def extract_prompt_ids(self, payload: Mapping[str, Any]) -> list[int]:
-        """The prompt ids: the bundle's, else the top-level ``prompt_token_ids``, else (absent or
-        null) ``choices[0].message.prompt_token_ids`` of an answer with exactly one object choice
-        whose ``message`` is an object or absent. No ids anywhere is a ``ValueError``.
+        """The prompt ids: the top-level ``prompt_token_ids``, else (absent or null)
+        ``choices[0].message.prompt_token_ids`` of an answer with exactly one object choice whose
+        ``message`` is an object or absent. No ids anywhere is a ``ValueError``.
+
+        The top level wins over a message-level bundle, as 0.7.0's released adapter reads it
+        (its text says the bundle is read first; its code, which trainers run, does not).
         """
         answer = _object(payload)
-        message = _probe_message(answer)
-        if message is not None and _has_bundle(message) and message.get(_PROMPT_IDS) is not None:
-            return _ids_list(message[_PROMPT_IDS], "choices[0].message.prompt_token_ids")
         top = answer.get(_PROMPT_IDS)
         if top is not None:
             return _ids_list(top, "prompt_token_ids")

@@ -57,8 +57,9 @@ _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
 _F32_MAX = 3.4028234663852886e38
 _HEX = frozenset("0123456789abcdef")
-# Nesting deeper than this is refused rather than risking the interpreter's recursion limit.
-_MAX_DEPTH = 64
+# Nesting deeper than this is refused rather than risking the interpreter's recursion limit
+# (0.7.0 has no limit of its own but that one, about a thousand levels).
+_MAX_DEPTH = 512
 # The presence marker before the chain and cumulative hashes: frozen at 1 by the format.
 _PRESENT = b"\x01"
 
@@ -182,7 +183,10 @@ def _encode(value: object, out: bytearray, depth: int) -> None:
 
 
 def compute_extras_digest(extras: object) -> str:
-    """The digest of a call's extras; null and ``{}`` differ."""
+    """The digest of a call's extras, null or an object (``TypeError`` otherwise); null and
+    ``{}`` differ."""
+    if extras is not None and type(extras) is not dict:
+        raise TypeError(f"extras must be an object or null, not {type(extras).__name__}")
     body = bytes([EXTRAS_DIGEST_VERSION]) + encode_extras(extras)
     return hashlib.sha256(EXTRAS_DIGEST_DOMAIN + body).hexdigest()
 

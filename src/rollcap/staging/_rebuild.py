@@ -216,11 +216,10 @@ def _check_pair(
 
 
 def _check_lineage(rows: Sequence[CallRecord]) -> None:
-    """Step 12 over every row: each parent listed and ending where its child starts; no cycle.
+    """Step 12, row by row: its parent listed and ending where it starts, then its ancestry
+    walked for a cycle, before the next row (0.7.0's order, so the same rows get the same code).
 
-    Verified snapshots make a cycle impossible (a parent ends where its child starts and every
-    call adds at least one id, so lengths grow strictly down a chain); the walk is still
-    bounded so that rows that bypassed validation cannot loop it.
+    The walk is bounded so that rows that bypassed validation cannot loop it.
     """
     by_id = {row.model_call_id: row for row in rows}
     for row in rows:
@@ -239,7 +238,6 @@ def _check_lineage(rows: Sequence[CallRecord]) -> None:
                 f"call {row.model_call_id} starts at {row.prev_len}, "
                 f"parent ends at {parent.cum_len}",
             )
-    for row in rows:
         steps = 0
         current: CallRecord | None = row
         while current is not None and current.parent_call_id is not None:
@@ -358,10 +356,13 @@ def linearize(
 
     ``manifest`` is the manifest's rows, or the ``RolloutManifest`` itself; then its
     ``rollout_id`` must be ``rollout_id`` (``ValueError``) and a failure row poisons the rollout
-    as :func:`receipt_for` does (``rollout_failed``). Without a hint the rows are still
-    verified, then ``missing_terminal`` is raised. The receipt is assembled without validation
-    so that every defect of the rows gets its coded refusal rather than a pydantic error.
+    as :func:`receipt_for` does (``rollout_failed``). Without a hint it refuses at once with
+    ``missing_terminal`` (a ``ReceiptVerificationError``, before any row is read, as 0.7.0's
+    does). The receipt is assembled without validation so that every defect of the rows gets
+    its coded refusal rather than a pydantic error.
     """
+    if terminal_hint is None:
+        raise ReceiptVerificationError("missing_terminal", "no terminal hint was given")
     failure_reason: str | None = None
     if isinstance(manifest, RolloutManifest):
         if manifest.rollout_id != rollout_id:

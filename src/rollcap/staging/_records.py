@@ -207,7 +207,7 @@ _DIGESTED_FIELDS = tuple(
 class StagedCallRecord(StagedCallBaseSnapshot):
     """One staged call (schema 2, STAGING §2): the token delta over its parent, digested."""
 
-    extras: Any = None
+    extras: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _extras_digested(self) -> StagedCallRecord:
@@ -361,7 +361,7 @@ class ManifestFailure(BaseModel):
 
     schema_version: Literal[2] = 2
     model_call_id: Id
-    reason: str
+    reason: Id
 
 
 class RolloutManifest(BaseModel):
@@ -464,4 +464,3 @@ class LinearizedRow(BaseModel):
     def call_ids(self) -> list[str]:
         """The chain's call ids, root first (the same list as ``model_call_ids``)."""
         return self.model_call_ids
-

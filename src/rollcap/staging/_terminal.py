@@ -259,12 +259,13 @@ def resolve_terminal(
     by_id = {row.model_call_id: row for row in rows}
     found: list[tuple[AttributionMethod, str]] = []
     reasons: list[str] = []
-    if explicit_call_id is not None:
+    # An empty id names nothing: it counts as not given, as in 0.7.0.
+    if explicit_call_id:
         if explicit_call_id in by_id:
             found.append(("explicit", explicit_call_id))
         else:
             reasons.append(EXPLICIT_TERMINAL_NOT_CAPTURED)
-    if declared_response_id is not None:
+    if declared_response_id:
         declared = [row for row in rows if row.response_id == declared_response_id]
         call = _reduce(declared)
         if call is None:
