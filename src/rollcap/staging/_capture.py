@@ -426,9 +426,11 @@ def _build_record(
         "chain_hash": compute_chain_hash(admission.parent_chain_hash, token_ids_delta),
         "cumulative_hash": hash_token_ids(prompt + generated),
     }
+    # compute_staging_digest refuses whatever a record must never hold, the extras digest was
+    # computed from the extras themselves, and the sink parses what it stores as a reader
+    # would: validating here once more would recompute both digests for nothing.
     digest = compute_staging_digest(**fields)
-    # Validated as a reader would validate it (digests recomputed): what is staged parses.
-    return StagedCallRecord.model_validate({**fields, "digest": digest, "extras": extras})
+    return StagedCallRecord.model_construct(**fields, digest=digest, extras=extras)
 
 
 class CaptureServingLayer(Protocol):

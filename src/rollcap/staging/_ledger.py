@@ -19,7 +19,6 @@ thread-safe and safe across processes that share the directory.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import threading
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
 
 from rollcap.staging._fingerprint import (
@@ -169,8 +169,9 @@ def output_fingerprints(
     )
 
 
-def _dumps(row: Mapping[str, Any]) -> str:
-    return json.dumps(row, sort_keys=True, separators=(",", ":"), allow_nan=False)
+def _dumps(row: Mapping[str, Any]) -> bytes:
+    # Keys sorted, compact separators: one spelling per row, so identical rows compare equal.
+    return orjson.dumps(row, option=orjson.OPT_SORT_KEYS)
 
 
 def _commit_row(commit: CaptureLedgerCommit) -> dict[str, Any]:
@@ -198,7 +199,7 @@ def _commit_row(commit: CaptureLedgerCommit) -> dict[str, Any]:
         staging_chain=list(commit.staging_chain),
     )
     # As it will read back, so that comparing with a stored row compares like with like.
-    loaded: dict[str, Any] = json.loads(_dumps(row))
+    loaded: dict[str, Any] = orjson.loads(_dumps(row))
     return loaded
 
 
@@ -219,7 +220,7 @@ class _Rows:
     size: int  # bytes of the file seen, a torn last line included
     consumed: int  # bytes parsed: up to and including the last newline
     rows: list[dict[str, Any]] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)  # every row, serialized: identical rows count once
+    seen: set[bytes] = field(default_factory=set)  # every row serialized: duplicates count once
     committed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     by_fingerprint: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -461,7 +462,7 @@ class FileLineageStore:
     def _append_locked(self, rollout_id: str, row: Mapping[str, Any]) -> None:
         """Append one row, fsynced; the caller holds the rollout's stripe and exclusive flock."""
         path = self._root / f"{rollout_id}{LINEAGE_SUFFIX}"
-        data = _dumps(row).encode("ascii") + b"\n"
+        data = _dumps(row) + b"\n"
         created = not path.exists()
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -522,8 +523,8 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
     if not line.strip():
         return None
     try:
-        row = json.loads(line)
-    except ValueError:
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError:
         return None
     return row if isinstance(row, dict) else None
 

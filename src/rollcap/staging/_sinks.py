@@ -47,6 +47,7 @@ import shutil
 import socket
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,7 @@ __all__ = [
 ]
 
 RECORD_FILE = "record.json"
+_MAX_SWEPT = 4096
 ATTACHMENTS_DIR = "attachments"
 _TEMP_PREFIX = ".staging-"
 _NAME_MAX = 255
@@ -368,6 +370,11 @@ class DirectoryStagingSink:
         except ValueError:
             host = "host"
         self._temp_stem = f"{_TEMP_PREFIX}{host}-"
+        # Rollout directories already swept by this process: a crashed writer's leftovers are
+        # there before this process first stages into one, so once each is enough (bounded: an
+        # evicted one is swept again, which is only wasted work).
+        self._swept: OrderedDict[str, None] = OrderedDict()
+        self._swept_lock = threading.Lock()
 
     @property
     def root(self) -> Path:
@@ -412,7 +419,7 @@ class DirectoryStagingSink:
                 with contextlib.suppress(OSError):
                     os.rmdir(rollout_dir)
                 raise
-        self._sweep(rollout_dir)
+        self._sweep_once(rollout_dir)
         temp = rollout_dir / f"{self._temp_stem}{os.getpid()}-{uuid.uuid4().hex}"
         with _IN_FLIGHT_LOCK:
             _IN_FLIGHT.add(str(temp))
@@ -453,6 +460,17 @@ class DirectoryStagingSink:
         if stored != prepared.data or _read_attachments(final) != prepared.attachments:
             return _conflict(prepared.key)
         return StageResult(ok=True, staging_key=prepared.key)
+
+    def _sweep_once(self, rollout_dir: Path) -> None:
+        key = str(rollout_dir)
+        with self._swept_lock:
+            if key in self._swept:
+                self._swept.move_to_end(key)
+                return
+            self._swept[key] = None
+            while len(self._swept) > _MAX_SWEPT:
+                self._swept.popitem(last=False)
+        self._sweep(rollout_dir)
 
     def _sweep(self, rollout_dir: Path) -> None:
         """Remove the temporary directories crashed writers of this host left."""
