@@ -1141,6 +1141,43 @@ async def test_a_fresh_question_in_a_rollout_with_rows_is_another_root(stack: St
     assert (other.parent_call_id, other.mode, other.prev_len) == (None, "text", 0)
 
 
+async def test_a_compacted_context_is_staged_as_0_7_0_makes_it_never_as_a_cut_child(
+    stack: Stack,
+) -> None:
+    # An agent that compacts its context replaces the history with a summary. With no assistant
+    # item left, the call is a new root (text) whose row rebuilds on its own; with one left that
+    # no row matches, it is unresolved and poisons the rollout. Never a child whose prefix cuts
+    # into its parent's, which rebuild refuses (parent_length_mismatch).
+    await chat_rollout(stack.training("rl-compact"), calls=2)
+    summary = [
+        {"role": "user", "content": "Summary of the work so far: A was picked twice."},
+        {"role": "user", "content": "Go on."},
+    ]
+    async with _openai(stack.training("rl-compact")) as client:
+        compacted = await client.chat.completions.create(model="fake-model", messages=summary)
+    manifest = await stack.manifest("rl-compact")
+    assert manifest.failures == []
+    *_, root = manifest.records
+    assert (root.parent_call_id, root.mode, root.prev_len) == (None, "text", 0)
+    receipt = attribute_and_receive(manifest, declared_response_id=compacted.id)
+    assert receipt.terminal_model_call_id == root.model_call_id
+    row = verify_and_linearize(receipt, stack.snapshots(manifest))
+    assert row.model_call_ids == [root.model_call_id]
+    assert row.token_ids[: row.prompt_len] == render_prompt(summary)[: row.prompt_len]
+
+    kept = [
+        *summary,
+        {"role": "assistant", "content": "I picked A."},
+        {"role": "user", "content": "More."},
+    ]
+    async with _openai(stack.training("rl-compact")) as client:
+        await client.chat.completions.create(model="fake-model", messages=kept)
+    manifest = await stack.manifest("rl-compact")
+    assert [failure.reason for failure in manifest.failures] == [REASON_UNRESOLVED_PARENT]
+    with pytest.raises(ReceiptVerificationError, match=r"^rollout_failed: unresolved_parent"):
+        verify_and_linearize(attribute_and_receive(manifest), stack.snapshots(manifest))
+
+
 async def test_a_call_cut_short_by_the_server_stopping_still_leaves_its_failure_row(
     stack: Stack,
 ) -> None:
