@@ -795,3 +795,25 @@ def test_processes_appending_to_one_rollout_lose_nothing(tmp_path: Path) -> None
         f"p{w}-{n}" for w in range(3) for n in range(25)
     )
     assert len(lines(store, "shared")) == 75
+
+
+def test_rows_another_appender_writes_read_as_the_store_writes_them(
+    store: FileLineageStore, tmp_path: Path
+) -> None:
+    # The model server appends ledger_row / failure_row through its capture store (an exclusive
+    # flock on the file itself, whole lines, fsynced): the manifest reads the same as rows the
+    # store wrote itself, line for line.
+    from rollcap.store import CaptureStore
+
+    elsewhere = CaptureStore(tmp_path / "other", suffix=".lineage.jsonl", marker_suffix=".x")
+    root = spec_root_commit()
+    elsewhere.append("r1", _ledger.ledger_row(root))
+    elsewhere.append("r1", _ledger.failure_row("c2", "unresolved_parent"))
+    elsewhere.close()
+    store.record(root)
+    store.record_failure("r1", "c2", "unresolved_parent")
+    other = FileLineageStore(tmp_path / "other")
+    assert other.path("r1").read_bytes() == store.path("r1").read_bytes()
+    assert other.manifest("r1") == store.manifest("r1")
+    with pytest.raises(ValueError, match="non-empty reason"):
+        _ledger.failure_row("c2", "")

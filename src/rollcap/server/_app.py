@@ -337,6 +337,8 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
                     await anyio.to_thread.run_sync(state.writer.close)
                 if store is not None:
                     store.close()  # the store keeps rollout files open between appends
+                if forwarder.staged is not None:
+                    await anyio.to_thread.run_sync(forwarder.staged.close)
 
     routes = [Route(path, forwarder.forward, methods=["POST"]) for path in DIALECT_ROUTES]
     routes += [

@@ -47,11 +47,13 @@ from rollcap.server._fresh import new_model_call_id
 from rollcap.server._middleware import request_body
 from rollcap.server._recorder import CallFailure, CallRecorder, LocalReason
 from rollcap.server._translating import Translation
+from rollcap.server._writer import RecordWriter
 from rollcap.sse import SSEEvent, encode_event
 from rollcap.staging import (
     CAPTURE_FIELD,
     COORDS_FIELD,
     FINGERPRINT_VERSION,
+    LINEAGE_SUFFIX,
     REASON_INVALID_WORKER_COMMIT_COORDINATES,
     REASON_REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES,
     REASON_UNRESOLVED_PARENT,
@@ -64,12 +66,15 @@ from rollcap.staging import (
     FileLineageStore,
     assistant_fingerprint,
     bearer_matches,
+    failure_row,
+    ledger_row,
     output_fingerprints,
     prepare_engine_request,
     request_items,
     response_items,
     strip_capture_transport_fields,
 )
+from rollcap.store import CaptureStore
 from rollcap.translate import chat_response_to_responses, render_sse
 
 __all__ = ["StagedCalls"]
@@ -119,6 +124,18 @@ class StagedCalls:
     def __init__(self, ledger: FileLineageStore, *, backend: str = "vllm_worker") -> None:
         self.ledger = ledger
         self.backend = backend
+        # Rows are appended the way capture records are: batched in one thread, each file
+        # written then synced in overlapping lanes, under an exclusive flock on the ledger file
+        # (which FileLineageStore's own appends take too). The gate mints every call id, so
+        # each row is written once and needs no check against what is there.
+        self.rows = RecordWriter(
+            CaptureStore(ledger.root, suffix=LINEAGE_SUFFIX, marker_suffix=".lineage.incomplete")
+        )
+
+    def close(self) -> None:
+        """Stop the row writer and close the ledger files it keeps open (blocking)."""
+        self.rows.close()
+        self.rows.store.close()
 
     @staticmethod
     def scrub(body: bytes | bytearray) -> bytes | bytearray:
@@ -388,7 +405,7 @@ class StagedCalls:
                 request_items=call.items,
                 response_items=answer_items,
             )
-            await anyio.to_thread.run_sync(self.ledger.record, commit)
+            await self.rows.append(call.rollout_id, ledger_row(commit))
         except Exception as exc:
             log.error("training call %s/%s: not committed: %s", *self._names(call), exc)
             await self._failure(call, REASON_INVALID_WORKER_COMMIT_COORDINATES)
@@ -409,9 +426,7 @@ class StagedCalls:
         """
         try:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(
-                    self.ledger.record_failure, call.rollout_id, call.model_call_id, reason
-                )
+                await self.rows.append(call.rollout_id, failure_row(call.model_call_id, reason))
         except Exception as exc:
             log.error(
                 "token ledger: failure %s of %s/%s not written: %s",

@@ -64,9 +64,12 @@ from rollcap.staging._fingerprint import (
     response_items,
 )
 from rollcap.staging._ledger import (
+    LINEAGE_SUFFIX,
     CaptureLedgerCommit,
     FileLineageStore,
     ParentRow,
+    failure_row,
+    ledger_row,
     output_fingerprints,
 )
 from rollcap.staging._rebuild import (
@@ -147,6 +150,7 @@ __all__ = [
     "EMPTY_EXTRAS_DIGEST",
     "EXTRAS_DIGEST_VERSION",
     "FINGERPRINT_VERSION",
+    "LINEAGE_SUFFIX",
     "MANIFEST_PATH_TEMPLATE",
     "MISSING_ROUTE_SENTINEL",
     "PREFIX_IDS_FIELD",
@@ -217,8 +221,10 @@ __all__ = [
     "encode_routed_experts",
     "encode_token_ids",
     "entry_digest",
+    "failure_row",
     "hash_token_ids",
     "install_capture",
+    "ledger_row",
     "linearize",
     "output_fingerprints",
     "parse_staged_record",

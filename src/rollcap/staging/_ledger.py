@@ -54,6 +54,8 @@ __all__ = [
     "FileLineageStore",
     "ParentRow",
     "check_rollout_id",
+    "failure_row",
+    "ledger_row",
     "output_fingerprints",
 ]
 
@@ -172,6 +174,28 @@ def output_fingerprints(
 def _dumps(row: Mapping[str, Any]) -> bytes:
     # Keys sorted, compact separators: one spelling per row, so identical rows compare equal.
     return orjson.dumps(row, option=orjson.OPT_SORT_KEYS)
+
+
+def ledger_row(commit: CaptureLedgerCommit) -> dict[str, Any]:
+    """The committed row ``commit`` makes, keys sorted, as ``FileLineageStore`` writes it.
+
+    For a writer that appends rows itself (the model server group-commits them with its capture
+    store): it must take an exclusive ``flock`` on the ledger file, write whole lines and fsync
+    before the call is answered; ``FileLineageStore.record``'s no-op and conflict checks are then
+    the writer's to keep (a gate that mints each call id writes each row once).
+    """
+    row = _commit_row(commit)
+    return dict(sorted(row.items()))
+
+
+def failure_row(model_call_id: str, reason: str) -> dict[str, Any]:
+    """The failure row of ``model_call_id`` (keys sorted); ``ValueError`` for an empty id or
+    reason."""
+    if not _is_id(model_call_id):
+        raise ValueError(f"a failure row needs a non-empty model call id, not {model_call_id!r}")
+    if not _is_id(reason):
+        raise ValueError(f"a failure row needs a non-empty reason, not {reason!r}")
+    return {"failure_reason": reason, "model_call_id": model_call_id}
 
 
 def _commit_row(commit: CaptureLedgerCommit) -> dict[str, Any]:
@@ -308,13 +332,7 @@ class FileLineageStore:
         call may still get several rows with different reasons, kept in order).
         """
         check_rollout_id(rollout_id)
-        if not _is_id(model_call_id):
-            raise ValueError(
-                f"a failure row needs a non-empty model call id, not {model_call_id!r}"
-            )
-        if not _is_id(reason):
-            raise ValueError(f"a failure row needs a non-empty reason, not {reason!r}")
-        row = {"failure_reason": reason, "model_call_id": model_call_id}
+        row = failure_row(model_call_id, reason)
         with self._stripe(rollout_id), self._flock(rollout_id, exclusive=True):
             rows = self._load_locked(rollout_id)
             if rows is not None and _dumps(row) in rows.seen:
@@ -466,6 +484,9 @@ class FileLineageStore:
         created = not path.exists()
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            # The file itself too: a writer that appends rows through its own store (see
+            # ledger_row) locks the file, not the lock file, and lines must never interleave.
+            fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 # A torn line from a crash mid-append: end it, so this row is a line of its own
