@@ -10,6 +10,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# llama.cpp is built for a fixed x86-64 level (AVX2, FMA, F16C), not for the building CPU:
+# a native build on a virtual machine that advertises AMX dies in its first decode (the
+# hypervisor does not grant the tile state), and a fixed level computes, and so answers, the
+# same on every machine the tests run on.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+export CMAKE_ARGS ?= $(LLAMA_CMAKE_ARGS)
+
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
