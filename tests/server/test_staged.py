@@ -1149,7 +1149,7 @@ async def test_a_compacted_context_is_staged_as_0_7_0_makes_it_never_as_a_cut_ch
     # no row matches, it is unresolved and poisons the rollout. Never a child whose prefix cuts
     # into its parent's, which rebuild refuses (parent_length_mismatch).
     await chat_rollout(stack.training("rl-compact"), calls=2)
-    summary = [
+    summary: list[Any] = [
         {"role": "user", "content": "Summary of the work so far: A was picked twice."},
         {"role": "user", "content": "Go on."},
     ]
@@ -1165,7 +1165,7 @@ async def test_a_compacted_context_is_staged_as_0_7_0_makes_it_never_as_a_cut_ch
     assert row.model_call_ids == [root.model_call_id]
     assert row.token_ids[: row.prompt_len] == render_prompt(summary)[: row.prompt_len]
 
-    kept = [
+    kept: list[Any] = [
         *summary,
         {"role": "assistant", "content": "I picked A."},
         {"role": "user", "content": "More."},
