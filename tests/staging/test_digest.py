@@ -200,6 +200,32 @@ def test_the_digest_refuses_what_a_record_must_never_hold(
         compute_staging_digest(**{**SHIPPED_CALL, **change})
 
 
+def test_a_carry_logprob_that_is_no_float_is_refused_as_such() -> None:
+    with pytest.raises(TypeError, match="generation_log_probs_delta 0 must be a float"):
+        compute_staging_digest(**{**SHIPPED_CALL, "generation_log_probs_delta": ["x", -0.25]})
+
+
+def test_long_columns_are_checked_whole_and_name_the_culprit() -> None:
+    n = 40_000
+    ids = list(range(n))
+    call = {
+        **SHIPPED_CALL,
+        "prev_len": 3,
+        "delta_len": n,
+        "cum_len": n + 3,
+        "token_ids_delta": ids,
+        "token_mask_delta": [0.0] * (n - 1) + [1.0],
+        "generation_log_probs_delta": [0.0] * (n - 1) + [-0.5],
+    }
+    assert is_hex64(compute_staging_digest(**call))
+    logprobs = list(call["generation_log_probs_delta"])
+    logprobs[39_000] = -1.0
+    with pytest.raises(ValueError, match=r"carry logprob 39000 must be 0\.0"):
+        compute_staging_digest(**{**call, "generation_log_probs_delta": logprobs})
+    with pytest.raises(ValueError, match="token id 123 must be in"):
+        compute_staging_digest(**{**call, "token_ids_delta": [*ids[:123], -1, *ids[124:]]})
+
+
 def test_an_int_logprob_is_refused() -> None:
     with pytest.raises(TypeError, match="must be a float"):
         encode_float32s([0.0, -1], "generation_log_probs_delta")

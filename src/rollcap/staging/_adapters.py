@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from array import array
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any, Final, Literal, Protocol, TypeVar
 
@@ -189,6 +190,15 @@ def _json_logprob(value: object, where: str) -> float:
 def _ids_list(value: object, where: str) -> list[int]:
     if not isinstance(value, list):
         raise TypeError(f"{where} must be a list, not {_kind(value)}")
+    # The common case, plain ints in range, is checked in C (a prompt is tens of thousands of
+    # ids); anything else takes the per-id rule, which also names the culprit.
+    if not set(map(type, value)) - {int}:
+        try:
+            array("Q", value)
+        except OverflowError:
+            pass
+        else:
+            return list(value)
     return [_json_id(item, f"{where}[{i}]") for i, item in enumerate(value)]
 
 

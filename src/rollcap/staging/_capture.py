@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -103,6 +104,14 @@ def _exact_ids(value: object, name: str) -> list[int]:
     if isinstance(value, str | bytes | bytearray) or not isinstance(value, Sequence):
         raise TypeError(f"{name} must be a sequence of token ids, not {type(value).__name__}")
     ids = list(value)
+    # Checked in C for the common case (see _digest.encode_token_ids); the loop names a culprit.
+    if not set(map(type, ids)) - {int}:
+        try:
+            array("Q", ids)
+        except OverflowError:
+            pass
+        else:
+            return ids
     for index, item in enumerate(ids):
         if isinstance(item, bool) or not isinstance(item, int):
             raise TypeError(f"{name}[{index}] must be an int, not {type(item).__name__}")
@@ -117,6 +126,8 @@ def _exact_floats(value: object, name: str) -> list[float]:
     if isinstance(value, str | bytes | bytearray) or not isinstance(value, Sequence):
         raise TypeError(f"{name} must be a sequence of floats, not {type(value).__name__}")
     floats = list(value)
+    if not set(map(type, floats)) - {float}:
+        return floats
     for index, item in enumerate(floats):
         if type(item) is not float:
             raise TypeError(f"{name}[{index}] must be a float, not {type(item).__name__}")

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 import struct
 import sys
 from array import array
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 __all__ = [
@@ -93,9 +95,12 @@ def _bytes(data: bytes) -> bytes:
 
 def encode_token_ids(ids: Sequence[int]) -> bytes:
     """``u64(count)`` then each id as ``u64``; ``ValueError`` for a non-int or out-of-range id."""
-    for index, value in enumerate(ids):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"token id {index} must be an integer, not {type(value).__name__}")
+    # The type test over set(map(type, ...)) and the range test inside array run in C: prompts
+    # run to tens of thousands of ids, and a Python loop over them holds the interpreter lock
+    # for milliseconds per call. The slow path only finds the culprit for the message.
+    if set(map(type, ids)) - {int}:
+        bad = next(i for i, v in enumerate(ids) if type(v) is not int)
+        raise ValueError(f"token id {bad} must be an integer, not {type(ids[bad]).__name__}")
     try:
         packed = array("Q", ids)
     except OverflowError:
@@ -108,11 +113,13 @@ def encode_token_ids(ids: Sequence[int]) -> bytes:
 
 def encode_float32s(values: Sequence[float], name: str = "value") -> bytes:
     """``u64(count)`` then each value's binary32 pattern; exact, finite, in range floats only."""
-    for index, value in enumerate(values):
-        if type(value) is not float:
-            raise TypeError(f"{name} {index} must be a float, not {type(value).__name__}")
-        if not math.isfinite(value) or abs(value) > _F32_MAX:
-            raise ValueError(f"{name} {index} must be finite and within float32 range: {value}")
+    # As for the ids: the checks run in C, the loops only name the culprit.
+    if set(map(type, values)) - {float}:
+        bad = next(i for i, v in enumerate(values) if type(v) is not float)
+        raise TypeError(f"{name} {bad} must be a float, not {type(values[bad]).__name__}")
+    if not all(map(math.isfinite, values)) or (values and max(map(abs, values)) > _F32_MAX):
+        bad = next(i for i, v in enumerate(values) if not math.isfinite(v) or abs(v) > _F32_MAX)
+        raise ValueError(f"{name} {bad} must be finite and within float32 range: {values[bad]}")
     packed = array("f", values)
     if not _BIG_ENDIAN_HOST:
         packed.byteswap()
@@ -194,6 +201,26 @@ def compute_extras_digest(extras: object) -> str:
 EMPTY_EXTRAS_DIGEST = compute_extras_digest(None)
 
 
+_MASK_VALUES = frozenset((0.0, 1.0))
+
+
+def _carry_logprob(mask: float, logprob: object) -> bool:
+    """Whether a carry token (mask 0.0) has a float logprob other than 0.0 (a value that is no
+    float is the float encoding's to refuse)."""
+    return mask == 0.0 and type(logprob) is float and logprob != 0.0
+
+
+def _carry_is_not_zero(masks: Sequence[float], logprobs: Sequence[float]) -> bool:
+    """Whether some carry token (mask 0.0) has a logprob other than 0.0, for masks already
+    known to be 0.0 or 1.0: ``(1.0 - mask) * logprob`` is non-zero exactly there. In C."""
+    try:
+        return any(map(operator.mul, map(operator.sub, repeat(1.0), masks), logprobs))
+    except TypeError:
+        # A logprob that is not a number: the rule by hand, so the float encoding below is what
+        # refuses it, with its own message.
+        return any(map(_carry_logprob, masks, logprobs))
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
@@ -259,11 +286,20 @@ def compute_staging_digest(
         len(token_mask_delta) == delta and len(generation_log_probs_delta) == delta,
         "token_ids_delta, token_mask_delta and generation_log_probs_delta must have one length",
     )
-    for index, (mask, logprob) in enumerate(
-        zip(token_mask_delta, generation_log_probs_delta, strict=True)
-    ):
-        _require(mask in (0.0, 1.0), f"token_mask_delta {index} must be 0.0 or 1.0")
-        _require(mask == 1.0 or logprob == 0.0, f"carry logprob {index} must be 0.0")
+    # In C, not a Python loop per token (see encode_token_ids). Non-numbers in either column
+    # fail the float encoding below.
+    if not set(token_mask_delta) <= _MASK_VALUES:
+        bad = next(i for i, m in enumerate(token_mask_delta) if m not in _MASK_VALUES)
+        raise ValueError(f"token_mask_delta {bad} must be 0.0 or 1.0")
+    if _carry_is_not_zero(token_mask_delta, generation_log_probs_delta):
+        bad = next(
+            i
+            for i, (m, lp) in enumerate(
+                zip(token_mask_delta, generation_log_probs_delta, strict=True)
+            )
+            if _carry_logprob(m, lp)
+        )
+        raise ValueError(f"carry logprob {bad} must be 0.0")
     _require(_exact_int(cum_len, "cum_len") == prev + delta, "cum_len must be prev_len + delta_len")
     for name, value in (
         ("extras_digest", extras_digest),
