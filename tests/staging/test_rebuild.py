@@ -18,7 +18,6 @@ from rollcap.staging._digest import (
 from rollcap.staging._rebuild import (
     RebuildError,
     ReceiptVerificationError,
-    _check_lineage,
     linearize,
     receipt_for,
     verify_and_linearize,
@@ -519,31 +518,55 @@ def test_a_child_cutting_into_its_parent_is_refused() -> None:
     assert str(caught.value) == "parent_length_mismatch: call 1a02 starts at 6, parent ends at 8"
 
 
-def test_a_lineage_cycle() -> None:
-    # Unreachable through verified snapshots (every call adds ids, so a parent always ends
-    # before its child does); the graph check is shown on rows that bypassed validation.
-    common: dict[str, Any] = {
-        "prev_len": 4,
-        "delta_len": 0,
-        "cum_len": 4,
-        "weight_version": 0,
-        "digest": "0" * 64,
-        "extras_digest": EMPTY_EXTRAS_DIGEST,
+def _linked(call: str, parent: str, prev: int, ids: list[int]) -> dict[str, Any]:
+    """A child's digested fields, consistent on their own whatever its parent really is."""
+    fields: dict[str, Any] = {
+        "schema_version": 2,
+        "digest_version": 2,
+        "extras_digest_version": 1,
+        "rollout_id": "0-0",
+        "model_call_id": call,
+        "parent_call_id": parent,
         "mode": "token_in",
-        "chain_hash": "1" * 64,
-        "cumulative_hash": "2" * 64,
-        "response_id": "r",
+        "prev_len": prev,
+        "delta_len": len(ids),
+        "cum_len": prev + len(ids),
+        "weight_version": 0,
+        "token_ids_delta": ids,
+        "token_mask_delta": [1.0] * len(ids),
+        "generation_log_probs_delta": [-0.5] * len(ids),
+        "extras_digest": EMPTY_EXTRAS_DIGEST,
+        "chain_hash": compute_chain_hash("3" * 64, ids),
+        "cumulative_hash": hash_token_ids(ids),
     }
-    cycle = [
-        CallRecord.model_construct(
-            model_call_id="x", parent_call_id="y", staging_key="k/x", **common
-        ),
-        CallRecord.model_construct(
-            model_call_id="y", parent_call_id="x", staging_key="k/y", **common
-        ),
+    return {**fields, "digest": compute_staging_digest(**fields)}
+
+
+def test_a_lineage_cycle() -> None:
+    # Two calls naming each other as parents, the first starting where the second ends: each
+    # row's parent is there and long enough, and walking x's ancestry comes back to x (0.7.0
+    # walks each row's ancestry before checking the next row's length, and so does rollcap).
+    x = _linked("x", "y", 5, [7])
+    y = _linked("y", "x", 3, [8, 9])
+    snapshots = [StagedCallBaseSnapshot.model_validate(f) for f in (x, y)]
+    token_columns = (
+        "rollout_id",
+        "token_ids_delta",
+        "token_mask_delta",
+        "generation_log_probs_delta",
+    )
+    rows = [
+        CallRecord.model_validate(
+            {k: v for k, v in f.items() if k not in token_columns}
+            | {"staging_key": f"0-0/{f['model_call_id']}", "response_id": "r"}
+        )
+        for f in (x, y)
     ]
+    got = RolloutReceipt(
+        rollout_id="0-0", manifest=rows, terminal_model_call_id="x", terminal_selection="declared"
+    )
     with pytest.raises(RebuildError) as caught:
-        _check_lineage(cycle)
+        verify_and_linearize(got, snapshots)
     assert str(caught.value) == "lineage_cycle: call x is its own ancestor"
 
 
