@@ -50,6 +50,19 @@ def test_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "no capture files" in capsys.readouterr().err
 
 
+def test_a_missing_directory_or_rollout_is_a_failure(
+    capture_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = tmp_path / "absent"
+    assert main(["capture", "list", str(absent)]) == 1
+    assert f"{absent}: no such capture directory" in capsys.readouterr().err
+    assert main(["capture", "show", str(absent), "0-0"]) == 1
+    assert "no such capture directory" in capsys.readouterr().err
+    assert main(["capture", "show", str(capture_dir), "9-9"]) == 1
+    assert "no capture of rollout '9-9'" in capsys.readouterr().err
+    assert not absent.exists()  # looked for, never created
+
+
 def test_console_scripts_are_installed(capture_dir: Path) -> None:
     bin_dir = Path(sys.executable).parent
     for name in ("rollcap", "gym"):

@@ -256,8 +256,15 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _capture_store(directory: str) -> CaptureStore:
+    """The capture store of an existing directory; ``FileNotFoundError`` (exit 1) otherwise."""
+    if not Path(directory).is_dir():
+        raise FileNotFoundError(f"{directory}: no such capture directory")
+    return CaptureStore(directory)
+
+
 def _capture_list(directory: str) -> int:
-    store = CaptureStore(directory)
+    store = _capture_store(directory)
     ids = store.rollout_ids()
     if not ids:
         print(f"no capture files in {directory}", file=sys.stderr)
@@ -281,7 +288,12 @@ def _capture_list(directory: str) -> int:
 
 
 def _capture_show(directory: str, rollout_id: str, payloads: bool) -> int:
-    attachment = capture_attachment(CaptureStore(directory), rollout_id, payloads=payloads)
+    store = _capture_store(directory)
+    if not store.has_capture(rollout_id):
+        raise FileNotFoundError(
+            f"{directory}: no capture of rollout {rollout_id!r} (`capture list` names them)"
+        )
+    attachment = capture_attachment(store, rollout_id, payloads=payloads)
     sys.stdout.buffer.write(orjson.dumps(attachment, option=orjson.OPT_INDENT_2) + b"\n")
     return EXIT_OK
 
