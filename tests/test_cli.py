@@ -161,7 +161,8 @@ def test_capture_report_writes_one_page(
     out = tmp_path / "out" / "run.html"
     out.parent.mkdir()
     assert main(["capture", "report", str(capture_dir), "-o", str(out)]) == 0
-    printed = capsys.readouterr().out
+    note, printed = capsys.readouterr().out.split("\n", 1)
+    assert note == "rollouts: none found beside the capture directory (name one with --rollouts)"
     assert printed.startswith(f"wrote {out} (")
     assert "2 rollouts, 3 calls" in printed
     assert out.read_text().startswith("<!DOCTYPE html>")

@@ -15,6 +15,10 @@ def test_demo_runs_mcqa_on_the_embedded_model_with_capture(
     assert main(["--limit", "2", "--results", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out
     output = tmp_path / "demo" / "mcqa_rollouts.jsonl"
+    # It writes the report and names the command that makes it.
+    report = tmp_path / "demo" / "report.html"
+    assert report.stat().st_size > 0
+    assert f"rollcap capture report {tmp_path / 'demo'}" in out
     lines = [orjson.loads(line) for line in output.read_text().splitlines()]
     assert [line["rollout_id"] for line in lines] == ["0-0", "1-0"]
     store = CaptureStore(tmp_path / "demo" / "model-calls")

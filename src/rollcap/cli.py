@@ -316,6 +316,8 @@ def _capture_report(args: argparse.Namespace) -> int:
     from rollcap.report import DEFAULT_PAYLOAD_BUDGET, find_run, write_report
 
     run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging, ledger=args.ledger)
+    if run.rollouts_note is not None:
+        print(run.rollouts_note)
     budget = DEFAULT_PAYLOAD_BUDGET if args.payload_budget is None else args.payload_budget
     stats = write_report(run, args.output, payload_budget=budget)
     print(
@@ -342,6 +344,8 @@ def _capture_view(args: argparse.Namespace) -> int:
     async def serve() -> None:
         async with serving(app, sock=sock) as url:
             print(f"rollcap capture view of {run.capture_dir} on {url}/ (Ctrl-C stops)", flush=True)
+            if run.rollouts_note is not None:
+                print(run.rollouts_note, flush=True)
             await asyncio.Event().wait()
 
     _run_until_interrupted(serve())

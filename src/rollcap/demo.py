@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rollcap.config import load_config
 from rollcap.gym import example_data_path
+from rollcap.report import find_run, write_report
 from rollcap.workflow import EvalRequest, Progress, format_summary, run_eval
 
 
@@ -54,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"inspect one:             .venv/bin/rollcap capture show {capture_dir} 0-0 --no-payloads"
     )
+    report = results / "report.html"
+    write_report(find_run(capture_dir, rollouts=output), report)
+    print(f"the report:              {report} (made by .venv/bin/rollcap capture report {results})")
     return 0
 
 

@@ -37,9 +37,14 @@ def test_a_job_directory_is_found_by_its_layout(evaluation_dir: Path) -> None:
     assert run.ledger_root == evaluation_dir / "model-calls"  # the gate's default place
 
 
-def test_a_capture_directory_is_read_as_it_is(evaluation_dir: Path) -> None:
+def test_a_capture_directory_is_read_as_it_is_with_the_rollouts_beside_it(
+    evaluation_dir: Path,
+) -> None:
     run = find_run(evaluation_dir / "model-calls")
-    assert (run.capture_dir, run.rollouts_file) == (evaluation_dir / "model-calls", None)
+    assert (run.capture_dir, run.rollouts_file) == (
+        evaluation_dir / "model-calls",
+        evaluation_dir / "rollouts.jsonl",
+    )
     rollouts = evaluation_dir / "rollouts.jsonl"
     assert find_run(evaluation_dir / "model-calls", rollouts=rollouts).rollouts_file == rollouts
 
@@ -229,3 +234,30 @@ def test_a_rollout_the_ledger_lists_but_nothing_staged(job_copy: Path) -> None:
     assert tokens["failures"] == [{"call": "e" * 32, "reason": "worker_capture_failed"}]
     assert tokens["verdict"]["code"] == "rollout_failed"
     assert tokens["chains"] == []
+
+
+def test_the_rollouts_file_beside_the_capture_directory_is_found_and_said(
+    tmp_path: Path,
+) -> None:
+    capture = tmp_path / "model-calls"
+    capture.mkdir()
+    (capture / "0-0.capture.jsonl").write_bytes(b"")
+    run = find_run(capture)
+    assert run.rollouts_file is None
+    assert run.rollouts_note is not None
+    assert "none found" in run.rollouts_note
+    (tmp_path / "mcqa_rollouts.jsonl").write_bytes(b"")
+    (tmp_path / "mcqa_rollouts_failures.jsonl").write_bytes(b"")  # never taken for it
+    run = find_run(capture)
+    assert run.rollouts_file == tmp_path / "mcqa_rollouts.jsonl"
+    assert run.rollouts_note == (
+        f"rollouts: {tmp_path / 'mcqa_rollouts.jsonl'} (found beside the capture directory)"
+    )
+    # A job-style directory finds it too; two candidates are not guessed between.
+    assert find_run(tmp_path).rollouts_file == tmp_path / "mcqa_rollouts.jsonl"
+    (tmp_path / "other_rollouts.jsonl").write_bytes(b"")
+    run = find_run(capture)
+    assert run.rollouts_file is None
+    assert "2 rollouts files beside" in (run.rollouts_note or "")
+    named = find_run(capture, rollouts=tmp_path / "other_rollouts.jsonl")
+    assert (named.rollouts_file, named.rollouts_note) == (tmp_path / "other_rollouts.jsonl", None)

@@ -62,6 +62,8 @@ class RunFiles:
     rollouts_file: Path | None = None
     staging_dir: Path | None = None
     ledger_dir: Path | None = None  # None: the capture directory
+    # How the rollouts file was found when none was named, or why none was used.
+    rollouts_note: str | None = None
 
     @property
     def ledger_root(self) -> Path:
@@ -113,6 +115,9 @@ def find_run(
         capture_dir = job_captures
         if rollouts is None and (root / JOB_ROLLOUTS_FILE).is_file():
             rollouts = root / JOB_ROLLOUTS_FILE
+    note = None
+    if rollouts is None:
+        rollouts, note = _rollouts_near(capture_dir)
     rollouts_file = None if rollouts is None else Path(rollouts)
     if rollouts_file is not None and not rollouts_file.is_file():
         raise FileNotFoundError(f"{rollouts_file}: no such rollouts file")
@@ -122,7 +127,35 @@ def find_run(
     ledger_dir = None if ledger is None else Path(ledger)
     if ledger_dir is not None and not ledger_dir.is_dir():
         raise FileNotFoundError(f"{ledger_dir}: no such ledger directory")
-    return RunFiles(capture_dir, rollouts_file, staging_dir, ledger_dir)
+    return RunFiles(capture_dir, rollouts_file, staging_dir, ledger_dir, note)
+
+
+def _rollouts_near(capture_dir: Path) -> tuple[Path | None, str]:
+    """The rollouts file beside the capture directory (``rollouts.jsonl`` or
+    ``*_rollouts.jsonl``, as ``eval run --output`` names them) or in it, and how it was found.
+
+    Exactly one candidate in the first place that has any is taken; several there are not
+    guessed between.
+    """
+    for place, where in ((capture_dir.parent, "beside"), (capture_dir, "in")):
+        try:
+            found = sorted(
+                path
+                for path in place.iterdir()
+                if path.is_file()
+                and (path.name == JOB_ROLLOUTS_FILE or path.name.endswith("_" + JOB_ROLLOUTS_FILE))
+            )
+        except OSError:
+            continue
+        if len(found) == 1:
+            return found[0], f"rollouts: {found[0]} (found {where} the capture directory)"
+        if found:
+            names = ", ".join(path.name for path in found)
+            return None, (
+                f"rollouts: none used: {len(found)} rollouts files {where} the capture directory "
+                f"({names}); name one with --rollouts"
+            )
+    return None, "rollouts: none found beside the capture directory (name one with --rollouts)"
 
 
 def _jsonl(path: Path) -> Iterator[dict[str, object] | None]:
