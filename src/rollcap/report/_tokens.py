@@ -143,21 +143,9 @@ def _own_row(shot: StagedCallBaseSnapshot) -> CallRecord:
     )
 
 
-_ROW_FROM_RECORD = (
-    "schema_version",
-    "digest_version",
-    "extras_digest_version",
-    "model_call_id",
-    "parent_call_id",
-    "prev_len",
-    "delta_len",
-    "cum_len",
-    "weight_version",
-    "digest",
-    "extras_digest",
-    "mode",
-    "chain_hash",
-    "cumulative_hash",
+# What a manifest row shares with a staged record: every column of the row the record has.
+_ROW_FROM_RECORD = tuple(
+    name for name in CallRecord.model_fields if name in StagedCallBaseSnapshot.model_fields
 )
 
 
