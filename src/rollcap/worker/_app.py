@@ -56,7 +56,9 @@ from rollcap.staging import (
     DirectoryStagingSink,
     RolloutTokenCapture,
     VLLMCaptureAdapter,
+    hash_token_ids,
 )
+from rollcap.worker._prefixes import PrefixCache
 from rollcap.worker._protocol import (
     Refusal,
     chain_prefix,
@@ -112,6 +114,7 @@ class _Worker:
             weight_version_fn=lambda: settings.weight_version,
             adapter=self.adapter,
         )
+        self.prefixes = PrefixCache(settings.prefix_cache_ids)
         self.upstream = Upstream(settings)
         # Completions end in worker threads: the counters change under a lock.
         self._lock = threading.Lock()
@@ -216,6 +219,9 @@ class _Worker:
             return None
         if not admission.staging_chain:
             return list(admission.required_prefix_token_ids)
+        cached = self.prefixes.prefix(admission)
+        if cached is not None:
+            return cached
         snapshots = await anyio.to_thread.run_sync(self.sink.fetch, list(admission.staging_chain))
         return chain_prefix(admission, snapshots)
 
@@ -258,7 +264,29 @@ class _Worker:
         """Stage the call from the engine's answer (blocking: run in a thread)."""
         coords = self.capture.complete_call_from_response(call, answer)
         self._ended(coords)
+        if coords.staged:
+            self._remember(coords, answer)
         return coords
+
+    def _remember(self, coords: CommitCoords, answer: dict[str, Any]) -> None:
+        """Keep the staged call's full ids for its continuation, when they are the ones its
+        coordinates commit to (the cumulative hash, over the engine's prompt then generation)."""
+        assert coords.staging_key is not None
+        assert coords.chain_hash is not None
+        try:
+            ids = (
+                self.adapter.extract_prompt_ids(answer) + self.adapter.extract_generation(answer)[0]
+            )
+        except (TypeError, ValueError):
+            return
+        if len(ids) == coords.cum_len and hash_token_ids(ids) == coords.cumulative_hash:
+            self.prefixes.remember(
+                coords.rollout_id,
+                coords.model_call_id,
+                coords.staging_key,
+                coords.chain_hash,
+                ids,
+            )
 
     def _fail(self, call: ActiveCall, reason: str) -> None:
         """End the call as ``capture_failed``, unless something ended it already."""

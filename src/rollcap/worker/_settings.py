@@ -21,6 +21,8 @@ class WorkerSettings:
     ``api_key`` goes upstream as a Bearer token and nowhere else (it is left out of ``repr``).
     ``weight_version`` is stamped on every staged call. ``read_timeout_s`` is the longest
     silence between two upstream bytes: a non-streamed generation sends nothing until it ends.
+    ``prefix_cache_ids`` bounds the ids kept in memory for continuations' prefixes
+    (``_prefixes``).
     """
 
     upstream_url: str
@@ -29,6 +31,9 @@ class WorkerSettings:
     weight_version: int = 0
     connect_timeout_s: float = 30.0
     read_timeout_s: float = 600.0
+    # The full ids of each rollout's last staged call, kept for its continuation's prefix, at
+    # most this many ids in all (8 bytes each; 0: always read the chain back from disk).
+    prefix_cache_ids: int = 16_000_000
 
     def __post_init__(self) -> None:
         url = self.upstream_url
@@ -62,6 +67,9 @@ class WorkerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"{name} must be a number > 0, not {value!r}")
+        cache = self.prefix_cache_ids
+        if isinstance(cache, bool) or not isinstance(cache, int) or cache < 0:
+            raise ValueError(f"prefix_cache_ids must be an integer >= 0, not {cache!r}")
         if self.api_key is not None and not isinstance(self.api_key, str):
             raise ValueError("the upstream API key must be a string")
 
