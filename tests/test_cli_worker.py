@@ -41,6 +41,7 @@ def _worker(*args: str) -> list[str]:
         (["--staging-dir", "{file}"], "is not a directory"),
         (["--staging-dir", "{file}/below"], "cannot be created"),
         (["--staging-dir", "{tmp}", "--weight-version", "-1"], "weight version"),
+        (["--staging-dir", "{tmp}", "--prefix-cache-ids", "-1"], "prefix_cache_ids must be"),
         (["--staging-dir", "{tmp}", "--api-key-env", "ROLLCAP_TEST_UNSET"], "is unset"),
     ],
 )

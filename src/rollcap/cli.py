@@ -85,6 +85,13 @@ def _parser() -> argparse.ArgumentParser:
         help="stamped on every staged call (default 0)",
     )
     worker.add_argument(
+        "--prefix-cache-ids",
+        type=int,
+        default=16_000_000,
+        metavar="N",
+        help="ids kept in memory for continuations' prefixes, 8 bytes each (default 16M; 0: none)",
+    )
+    worker.add_argument(
         "--api-key-env",
         metavar="NAME",
         help="environment variable holding the upstream's API key (sent as a Bearer token)",
@@ -399,6 +406,7 @@ def _serve_worker(args: argparse.Namespace) -> int:
         staging_dir=args.staging_dir,
         api_key=api_key,
         weight_version=args.weight_version,
+        prefix_cache_ids=args.prefix_cache_ids,
     )
     app = create_worker_app(settings)
     sock = bind(args.host, args.port)
