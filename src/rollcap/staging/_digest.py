@@ -17,7 +17,7 @@ import operator
 import struct
 import sys
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
@@ -33,7 +33,6 @@ __all__ = [
     "compute_chain_hash",
     "compute_extras_digest",
     "compute_staging_digest",
-    "digest_fields",
     "encode_extras",
     "encode_float32s",
     "encode_token_ids",
@@ -328,29 +327,3 @@ def compute_staging_digest(
         )
     )
     return hashlib.sha256(body).hexdigest()
-
-
-def digest_fields(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The digested fields of a record-shaped mapping (for ``compute_staging_digest``)."""
-    return {key: record[key] for key in _DIGESTED}
-
-
-_DIGESTED = (
-    "schema_version",
-    "digest_version",
-    "extras_digest_version",
-    "rollout_id",
-    "model_call_id",
-    "parent_call_id",
-    "mode",
-    "prev_len",
-    "delta_len",
-    "cum_len",
-    "weight_version",
-    "token_ids_delta",
-    "token_mask_delta",
-    "generation_log_probs_delta",
-    "extras_digest",
-    "chain_hash",
-    "cumulative_hash",
-)
