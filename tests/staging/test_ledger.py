@@ -33,6 +33,7 @@ from rollcap.staging._records import (
     REASON_WORKER_CAPTURE_FAILED,
     CallRecord,
     CaptureAdmission,
+    check_rollout_id,
 )
 
 # STAGING §4.3's observed two-call Responses rollout r1, its first record verbatim.
@@ -607,7 +608,7 @@ def test_an_invalid_rollout_id_is_refused_with_the_routes_text(
 
 def test_the_observed_400_text() -> None:
     with pytest.raises(ValueError, match=r"^Invalid rollout id: ") as caught:
-        _ledger.check_rollout_id("bad id")
+        check_rollout_id("bad id")
     assert str(caught.value) == "Invalid rollout id: 'bad id'"
 
 

@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from rollcap.staging._fingerprint import assistant_fingerprint, conversation_digest
+from rollcap.staging._records import check_rollout_id
 from rollcap.staging._tokens import (
     LineageDecision,
     LineageResolver,
@@ -25,7 +26,6 @@ from rollcap.staging._tokens import (
     TokenSink,
     TokenSource,
     entry_digest,
-    validate_token_rollout_id,
 )
 
 ROLLOUT = "r-1"
@@ -188,11 +188,11 @@ def test_entry_digest_is_the_sorted_json_sha256() -> None:
 @pytest.mark.parametrize("bad", ["", "bad id", "a/b", "../x", "x\n", "é", 7, None])
 def test_rollout_id_grammar(bad: object) -> None:
     with pytest.raises(ValueError, match=r"^Invalid rollout id: "):
-        validate_token_rollout_id(bad)
+        check_rollout_id(bad)
 
 
 def test_rollout_id_grammar_accepts_its_alphabet() -> None:
-    assert validate_token_rollout_id("Ab-0_9.x") == "Ab-0_9.x"
+    assert check_rollout_id("Ab-0_9.x") == "Ab-0_9.x"
 
 
 # --- TokenCaptureStore -----------------------------------------------------------------------

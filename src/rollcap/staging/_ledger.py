@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,6 +43,7 @@ from rollcap.staging._records import (
     CallRecord,
     ManifestFailure,
     RolloutManifest,
+    check_rollout_id,
 )
 
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
     "CaptureLedgerCommit",
     "FileLineageStore",
     "ParentRow",
-    "check_rollout_id",
     "failure_row",
     "ledger_row",
     "output_fingerprints",
@@ -64,7 +63,6 @@ LOCK_SUFFIX = ".tokens.lock"
 DEFAULT_MAX_CACHED_ROLLOUTS = 4096
 
 # The ids a rollout's file names are made from: no separator, so no id escapes the root.
-_ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]+")
 
 # Threads of one process serialize per rollout on one of these; a fixed number keeps the memory
 # bounded however many rollouts pass through, at the price of unrelated rollouts sometimes
@@ -93,17 +91,6 @@ _SHARED_COLUMNS = (
 )
 
 _Id = Annotated[str, StringConstraints(min_length=1)]
-
-
-def check_rollout_id(rollout_id: object) -> str:
-    """``rollout_id`` when it matches ``[A-Za-z0-9._-]+``; else ``ValueError``.
-
-    The message is ``Invalid rollout id: <repr>`` exactly: the control route serves it as the
-    body of its 400 answer (STAGING §8.2).
-    """
-    if not isinstance(rollout_id, str) or _ROLLOUT_ID.fullmatch(rollout_id) is None:
-        raise ValueError(f"Invalid rollout id: {rollout_id!r}")
-    return rollout_id
 
 
 class CaptureLedgerCommit(BaseModel):

@@ -12,6 +12,7 @@ refuses a mismatch, so a record that parses is one a trainer may train on.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final, Literal
 
 import orjson
@@ -52,6 +53,7 @@ __all__ = [
     "StagingError",
     "StreamingUnsupportedError",
     "WeightVersionSpan",
+    "check_rollout_id",
     "parse_staged_record",
     "staging_key",
 ]
@@ -87,6 +89,22 @@ class StreamingUnsupportedError(CaptureError):
 
 class StagedRecordError(StagingError, ValueError):
     """A stored record cannot be read as a schema-2 staged record; the message says why."""
+
+
+# The rollout ids the ledger and the token store make file names of (STAGING §4.4).
+_STORED_ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
+
+
+def check_rollout_id(rollout_id: object) -> str:
+    """``rollout_id`` when it matches ``[A-Za-z0-9._-]+`` (the ledger's and the token store's
+    file names); else ``ValueError``.
+
+    The message is ``Invalid rollout id: <repr>`` exactly: the control route serves it as the
+    body of its 400 answer (STAGING §8.2).
+    """
+    if not isinstance(rollout_id, str) or _STORED_ROLLOUT_ID.fullmatch(rollout_id) is None:
+        raise ValueError(f"Invalid rollout id: {rollout_id!r}")
+    return rollout_id
 
 
 def staging_key(rollout_id: str, model_call_id: str) -> str:

@@ -29,7 +29,6 @@ import functools
 import hashlib
 import math
 import os
-import re
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -53,13 +52,13 @@ from rollcap.staging._fingerprint import (
     assistant_fingerprint,
     conversation_digest,
 )
+from rollcap.staging._records import check_rollout_id
 
 __all__ = [
     "ENTRIES_SUFFIX",
     "INCOMPLETE_SUFFIX",
     "INTENTS_SUFFIX",
     "LOCK_SUFFIX",
-    "ROLLOUT_ID_PATTERN",
     "STATE_SUFFIX",
     "TOKEN_ENTRY_SCHEMA_VERSION",
     "LineageDecision",
@@ -72,7 +71,6 @@ __all__ = [
     "TokenSink",
     "TokenSource",
     "entry_digest",
-    "validate_token_rollout_id",
 ]
 
 TOKEN_ENTRY_SCHEMA_VERSION = 1
@@ -84,7 +82,6 @@ STATE_SUFFIX = ".tokens.state.json"
 LOCK_SUFFIX = ".tokens.lock"
 
 # A rollout id becomes a file name prefix: the grammar leaves nothing to escape or traverse with.
-ROLLOUT_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+\Z", re.ASCII)
 
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
@@ -93,17 +90,6 @@ _U64_MAX = 2**64 - 1
 _MAX_DEPTH = 64
 
 _T = TypeVar("_T")
-
-
-def validate_token_rollout_id(rollout_id: object) -> str:
-    """``rollout_id`` unchanged when it matches ``[A-Za-z0-9._-]+``, else ``ValueError``.
-
-    The message starts ``Invalid rollout id: <repr>``, the wording NeMo Gym's control route
-    passes through (STAGING §8.2).
-    """
-    if not isinstance(rollout_id, str) or ROLLOUT_ID_PATTERN.match(rollout_id) is None:
-        raise ValueError(f"Invalid rollout id: {rollout_id!r}")
-    return rollout_id
 
 
 # --- the entry ------------------------------------------------------------------------------
@@ -509,31 +495,31 @@ class TokenCaptureStore:
         """Make ``entry`` durable (see the class docstring for re-puts and conflicts)."""
         if not isinstance(entry, TokenEntry):
             raise TypeError(f"entry must be a TokenEntry, not {type(entry).__name__}")
-        rollout_id = validate_token_rollout_id(entry.rollout_id)
+        rollout_id = check_rollout_id(entry.rollout_id)
         await self._run(self._put_sync, rollout_id, entry)
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Durably mark the rollout incomplete (``model_call_id`` "" = no call in particular)."""
-        validate_token_rollout_id(rollout_id)
+        check_rollout_id(rollout_id)
         if not isinstance(model_call_id, str):
             raise TypeError("model_call_id must be a string")
         await self._run(self._mark_sync, rollout_id, model_call_id, "marked")
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Durably record that ``model_call_id`` will put an entry in ``rollout_id``."""
-        validate_token_rollout_id(rollout_id)
+        check_rollout_id(rollout_id)
         if not isinstance(model_call_id, str) or not model_call_id:
             raise ValueError("begin_call needs a non-empty model_call_id")
         await self._run(self._begin_sync, rollout_id, model_call_id)
 
     async def freeze(self, rollout_id: str) -> TokenCaptureSnapshot:
         """The rollout's current snapshot, recorded so that ``drop`` can retire it."""
-        validate_token_rollout_id(rollout_id)
+        check_rollout_id(rollout_id)
         return await self._run(self._freeze_sync, rollout_id)
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Retire exactly that snapshot (remove the rollout's files); ``False`` if it moved on."""
-        validate_token_rollout_id(rollout_id)
+        check_rollout_id(rollout_id)
         if not isinstance(snapshot_id, str):
             raise TypeError("snapshot_id must be a string")
         if not isinstance(version, int) or isinstance(version, bool):
@@ -542,7 +528,7 @@ class TokenCaptureStore:
 
     async def entries(self, rollout_id: str) -> list[TokenEntry]:
         """The rollout's current entries, without freezing (conflicting call ids left out)."""
-        validate_token_rollout_id(rollout_id)
+        check_rollout_id(rollout_id)
         return await self._run(self._entries_sync, rollout_id)
 
     async def close(self) -> None:
