@@ -1103,7 +1103,7 @@ async def test_an_engine_error_reaches_the_client_and_leaves_the_call_uncommitte
 async def test_a_ledger_that_cannot_resolve_fails_the_request_without_a_row(
     stack: Stack, monkeypatch: pytest.MonkeyPatch, stream: bool
 ) -> None:
-    def unreadable(self: FileLineageStore, rollout_id: str, items: Any) -> None:
+    def unreadable(self: FileLineageStore, rollout_id: str, items: Any, **_: Any) -> None:
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(FileLineageStore, "resolve", unreadable)

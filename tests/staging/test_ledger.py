@@ -259,6 +259,9 @@ def test_the_child_of_the_spec_rollout_resolves_to_its_admission(store: FileLine
     items = [*R1_REQUEST, *R1_RESPONSE, user("question 2")]
 
     parent = store.resolve("r1", items)
+    # The items' fingerprint, when the caller has it, is taken as given: the same parent.
+    assert store.resolve("r1", items, fingerprint=assistant_fingerprint(items)) == parent
+    assert store.resolve("r1", items, fingerprint="0" * 64) is None
 
     assert parent == ParentRow(
         model_call_id=ROOT_ID,

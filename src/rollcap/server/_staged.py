@@ -25,6 +25,7 @@ body, so with capture on the answer also waits for the durable evaluation record
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -294,7 +295,9 @@ class StagedCalls:
             parent = None
             if printed:
                 parent = await anyio.to_thread.run_sync(
-                    self.ledger.resolve, call.rollout_id, call.items
+                    functools.partial(
+                        self.ledger.resolve, call.rollout_id, call.items, fingerprint=printed
+                    )
                 )
                 if parent is None and not await anyio.to_thread.run_sync(
                     self.ledger.has_rows, call.rollout_id

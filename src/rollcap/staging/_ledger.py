@@ -335,8 +335,17 @@ class FileLineageStore:
             rows = self._read(rollout_id)
             return rows is not None and bool(rows.rows)
 
-    def resolve(self, rollout_id: str, items: Sequence[Mapping[str, Any]]) -> ParentRow | None:
+    def resolve(
+        self,
+        rollout_id: str,
+        items: Sequence[Mapping[str, Any]],
+        *,
+        fingerprint: str | None = None,
+    ) -> ParentRow | None:
         """The parent ``items`` continue, per STAGING §1.3's match; ``None`` when unresolved.
+
+        ``fingerprint`` is ``assistant_fingerprint(items)`` when the caller has computed it
+        already (the gate has, to tell a root); else it is computed here.
 
         Candidates are the committed rows whose ``fingerprint`` is ``assistant_fingerprint(items)``
         with ``fingerprint_version`` 2; exactly one must remain (no tie-break), ``items`` must
@@ -347,7 +356,8 @@ class FileLineageStore:
         for a bad rollout id.
         """
         check_rollout_id(rollout_id)
-        fingerprint = assistant_fingerprint(items)
+        if fingerprint is None:
+            fingerprint = assistant_fingerprint(items)
         if not fingerprint:
             return None
         with self._stripe(rollout_id):
