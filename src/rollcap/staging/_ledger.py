@@ -189,9 +189,13 @@ def _commit_row(commit: CaptureLedgerCommit) -> dict[str, Any]:
     record = commit.record
     request = commit.request_items
     try:
-        # "" when no item is assistant-authored: such a row is never a candidate, since the gate
-        # resolves only items that have an assistant fingerprint.
-        fingerprint: str | None = assistant_fingerprint([*request, *commit.response_items])
+        # The row's fingerprint is the record's continuation fingerprint (both are
+        # assistant_fingerprint(request items + response items)): taken from it when set, so a
+        # commit is not fingerprinted twice. "" when no item is assistant-authored: such a row
+        # is never a candidate, since the gate resolves only items that have a fingerprint.
+        fingerprint: str | None = record.continuation_fingerprint
+        if fingerprint is None or record.fingerprint_version != FINGERPRINT_VERSION:
+            fingerprint = assistant_fingerprint([*request, *commit.response_items])
     except UnfingerprintableError:
         # The call is still committed (it may be a rollout's trainable terminal); it just can
         # never be resolved as a parent, so a continuation of it is unresolved.
