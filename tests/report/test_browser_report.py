@@ -138,7 +138,12 @@ def test_the_task_group_shows_where_two_rollouts_diverge(watched: Watched, repor
     divergence = page.locator("#divergence")
     divergence.wait_for()
     assert divergence.get_attribute("data-call") == str(DIVERGE_AT)
-    assert divergence.inner_text() == f"they first diverge at call #{DIVERGE_AT}"
+    assert divergence.get_attribute("data-kind") == "message"
+    # system, user, tool call, its result, the answer: the follow-up is message #5.
+    assert divergence.inner_text() == (
+        f"they first differ at call #{DIVERGE_AT} of 0-0 and call #{DIVERGE_AT} of 0-1: "
+        "message #5 (user / user)"
+    )
     columns = page.locator("#diverging-calls .col")
     columns.nth(1).locator(".msg").first.wait_for()
     assert "Are you sure?" in columns.nth(0).inner_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 from rollcap.records import (
@@ -209,14 +211,17 @@ def test_what_could_not_be_read_becomes_the_rollouts_gaps() -> None:
     ]
 
 
+def _without_facts(info: tuple[str, RolloutLine] | None) -> tuple[str, RolloutLine] | None:
+    return None if info is None else (info[0], dataclasses.replace(info[1], facts=None))
+
+
 def test_rollout_lines_and_ids_give_task_rollout_and_attempt() -> None:
-    assert rollout_line_info({"rollout_id": "3-1-a2", "reward": 1, "_ng_task_index": 3}) == (
-        "3-1-a2",
-        RolloutLine(task=3, reward=1.0),
-    )
+    line = {"rollout_id": "3-1-a2", "reward": 1, "_ng_task_index": 3}
+    assert _without_facts(rollout_line_info(line)) == ("3-1-a2", RolloutLine(task=3, reward=1.0))
     failed = rollout_line_info({"rollout_id": "0-0", "error": {"kind": "http", "message": "502"}})
-    assert failed == ("0-0", RolloutLine(failure="http: 502"))
-    assert rollout_line_info({"rollout_id": "0-0", "reward": True}) == ("0-0", RolloutLine())
+    assert failed == ("0-0", RolloutLine(failure="http: 502"))  # a failure line has no facts
+    unrewarded = rollout_line_info({"rollout_id": "0-0", "reward": True})
+    assert _without_facts(unrewarded) == ("0-0", RolloutLine())
     assert rollout_line_info({"reward": 1}) is None
     assert task_of("3-1-a2", None) == (3, 1, 2)
     assert task_of("3-1", RolloutLine(task=7)) == (7, 1, 0)
@@ -252,8 +257,9 @@ def test_the_summary_is_columns_with_tables_groups_and_totals() -> None:
     assert run["mean_reward"] == 0.5
     assert (run["start"], run["end"]) == (1000.0, 2002.1)
     assert summary["notes"] == [{"code": "capture_file_name_invalid", "detail": "bad"}]
-    # The two repeats of task 0 ask the same first call, then part at call 1.
+    # The two repeats of task 0 ask the same first call; call 1 failed (429) and call 2 sent
+    # the same request again, so the failed call is left out and they part at call 2.
     assert summary["groups"] == [
-        {"task": 0, "rows": [0, 1], "div": [[None, 1], [1, None]]},
+        {"task": 0, "rows": [0, 1], "div": [[None, [2, 2]], [[2, 2], None]]},
         {"task": 1, "rows": [2], "div": [[None]]},
     ]

@@ -13,7 +13,7 @@ import orjson
 from rollcap.records import GAP_RECORDS_UNREADABLE
 from rollcap.report import REPORT_CSP, build_report, find_run, unpack, write_report
 from rollcap.report._report import load_assets
-from tests.report._evaluation import EXPECTED_CALLS, EXPECTED_ERRORS, STREAMED
+from tests.report._evaluation import DIVERGE_AT, EXPECTED_CALLS, EXPECTED_ERRORS, STREAMED
 
 DATA = re.compile(r'<script type="application/json" id="rollcap-data">(.*?)</script>', re.S)
 
@@ -43,7 +43,17 @@ def test_the_report_holds_the_whole_evaluation(evaluation_dir: Path) -> None:
     assert rollouts["gaps"][rollouts["id"].index("1-0")] == [GAP_RECORDS_UNREADABLE]
     assert rollouts["reward"] == [1.0, 0.0, 1.0, None, 0.5]
     assert rollouts["failure"][3] == "agent_error: the model stream broke off </b>"
-    assert summary["groups"][0] == {"task": 0, "rows": [0, 1], "div": [[None, 2], [2, None]]}
+    group = summary["groups"][0]
+    assert (group["rows"], group["div"]) == ([0, 1], [[None, [2, 2]], [[2, 2], None]])
+    # The follow-up question differs: the last message of call 2's request, a user message.
+    why = group["pairs"]["0-1"]
+    assert (why["kind"], why["a"], why["b"], why["role_a"], why["role_b"]) == (
+        "message",
+        DIVERGE_AT,
+        DIVERGE_AT,
+        "user",
+        "user",
+    )
     assert set(data["payloads"]) == set(EXPECTED_CALLS)
     assert set(data["tokens"]) == {"3-0"}
     tokens = unpack(data["tokens"]["3-0"])
@@ -51,6 +61,11 @@ def test_the_report_holds_the_whole_evaluation(evaluation_dir: Path) -> None:
     assert [c["refusal"] for c in tokens["chains"]] == [None]
     assert set(data["raw"]) == {rid for rid, s in STREAMED.items() if any(s)}
     payload = unpack(data["payloads"]["0-0"])
+    assert payload["facts"]["input"] == [
+        {"role": "user", "content": "What is the capital of France?"}
+    ]
+    assert payload["facts"]["answer"] == "Paris"
+    assert "paris" in unpack(data["search"])[0]
     assert [c["id"] for c in payload["calls"]] == [
         r["model_call_id"]
         for r in map(

@@ -27,12 +27,9 @@ from rollcap.records import (
     Gap,
     ModelCallRecord,
 )
-from rollcap.report._delta import (
-    CanonicalCall,
-    canonical_call,
-    divergence_matrix,
-    thread_calls,
-)
+from rollcap.report._delta import CanonicalCall, canonical_call, divergence, thread_calls
+from rollcap.report._diverge import CallShape, align, group_pairs, shape_calls
+from rollcap.report._facts import facts_text, line_facts, message_text
 
 __all__ = [
     "CALL_COLUMNS",
@@ -44,11 +41,16 @@ __all__ = [
     "RolloutLine",
     "build_summary",
     "digest_rollout",
+    "matches_search",
     "rollout_line_info",
+    "search_text",
     "task_of",
+    "task_pairs",
 ]
 
-SUMMARY_SCHEMA = 1
+SUMMARY_SCHEMA = 2
+SEARCH_TEXT_MAX = 8192
+SEARCH_PIECE_MAX = 1024
 # Groups larger than this get their divergence from the first rollout only: a full matrix
 # grows with the square of the group.
 DIVERGENCE_MAX_ROWS = 64
@@ -104,6 +106,8 @@ class RolloutLine:
     attempt: int | None = None
     reward: float | None = None
     failure: str | None = None
+    # ``_facts.line_facts`` as JSON: bytes, so that a line stays hashable and comparable.
+    facts: bytes | None = None
 
 
 def _index(value: object) -> int | None:
@@ -132,6 +136,7 @@ def rollout_line_info(line: Mapping[str, Any]) -> tuple[str, RolloutLine] | None
         attempt=_index(line.get("_ng_attempt_index")),
         reward=None if reward is None else float(reward),
         failure=failure,
+        facts=None if failure is not None else orjson.dumps(line_facts(line)),
     )
 
 
@@ -170,9 +175,16 @@ class RolloutDigest:
     rollout_id: str
     row: dict[str, Any]
     calls: list[tuple[Any, ...]]
-    signatures: list[bytes]
+    # (position, signature) of the calls the divergence aligns (retries left out).
+    aligned: list[tuple[int, bytes]]
+    text: str = ""
     payload: dict[str, Any] | None = None
     raw: dict[str, Any] | None = None
+    shapes: list[CallShape] | None = None
+
+    def lean(self) -> RolloutDigest:
+        """This digest without its payload, raw texts and shapes (what a summary keeps)."""
+        return RolloutDigest(self.rollout_id, self.row, self.calls, self.aligned, self.text)
 
 
 def _ms(value: float | None) -> float | None:
@@ -218,6 +230,9 @@ def digest_rollout(source: RolloutInput, *, payload: bool = True) -> RolloutDige
             canonical_call(r.dialect, r.request, r.response, previous=canon[-1] if canon else None)
         )
     threads = thread_calls(canon)
+    shapes = shape_calls(canon, [(r.error_category, r.status_code) for r in records])
+    kept, retries = align(shapes)
+    facts = orjson.loads(source.line.facts) if source.line and source.line.facts else None
     rollout_gaps = _rollout_gaps(source, bool(records))
     t0 = min((r.started_at for r in records), default=None)
     end = max((r.completed_at for r in records), default=None)
@@ -280,8 +295,12 @@ def digest_rollout(source: RolloutInput, *, payload: bool = True) -> RolloutDige
         built = {
             "rollout_id": source.rollout_id,
             "gaps": [g.to_dict() for g in rollout_gaps],
+            "facts": facts,
             "calls": _payload_calls(records, raws, canon, threads),
         }
+        for retry in retries:
+            built["calls"][retry.failed]["retry"] = retry.retry
+            built["calls"][retry.retry]["retry_of"] = retry.failed
         raw_texts = {
             str(position): {
                 key: getattr(record, key)
@@ -295,10 +314,56 @@ def digest_rollout(source: RolloutInput, *, payload: bool = True) -> RolloutDige
         rollout_id=source.rollout_id,
         row=row,
         calls=calls,
-        signatures=[c.signature for c in canon],
+        aligned=[(shape.position, shape.signature) for shape in kept],
+        text=search_text(facts, canon, threads),
         payload=built,
         raw=raw_texts,
+        shapes=shapes if payload else None,
     )
+
+
+def _texts_of(message: Any) -> list[str]:
+    out = [message_text(message)]
+    if isinstance(message, Mapping):
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                out.append(f"{function.get('name')} {function.get('arguments')}")
+    return out
+
+
+def matches_search(text: str, query: str) -> bool:
+    """Whether ``text`` (a ``search_text``) holds every whitespace-separated word of ``query``,
+    ignoring case; an empty query matches."""
+    return all(word in text for word in query.lower().split())
+
+
+def search_text(
+    facts: Mapping[str, Any] | None,
+    canon: Sequence[CanonicalCall],
+    threads: Sequence[Any],
+) -> str:
+    """What the page's search looks in, lowercased: the line's answer, expected answer,
+    verifier fields and prompt, then each call's answer and the messages it added (tool
+    results among them); at most ``SEARCH_TEXT_MAX`` characters, each piece at most
+    ``SEARCH_PIECE_MAX``."""
+    pieces: list[str] = list(facts_text(facts)) if facts else []
+    for call, thread in zip(canon, threads, strict=True):
+        for message in call.answer:
+            pieces.extend(_texts_of(message))
+        for message in thread.new:
+            pieces.extend(_texts_of(message))
+    out: list[str] = []
+    size = 0
+    for piece in pieces:
+        if not piece:
+            continue
+        piece = piece[:SEARCH_PIECE_MAX].lower()
+        out.append(piece)
+        size += len(piece) + 1
+        if size >= SEARCH_TEXT_MAX:
+            break
+    return "\n".join(out)[:SEARCH_TEXT_MAX]
 
 
 _USAGE_KEYS = (
@@ -395,12 +460,14 @@ def build_summary(
     *,
     source: Mapping[str, Any],
     notes: Sequence[Gap] = (),
+    pairs: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The page's summary of a run: rollout and call columns, task groups, run totals.
 
     Rollouts keep the order given; their calls follow one another in the call columns, as many
     as each rollout's ``calls``. ``notes`` are problems of the run as a whole (an unreadable
-    line of the rollouts file, a file name that is no rollout id).
+    line of the rollouts file, a file name that is no rollout id). ``pairs`` are the task
+    groups' explained divergences (``group_pairs``, by task), kept in their groups.
     """
     errors, finishes = _Table(), _Table()
     rollouts: dict[str, list[Any]] = {name: [] for name in ROLLOUT_COLUMNS}
@@ -421,7 +488,7 @@ def build_summary(
             values["finish"] = finishes(values["finish"])
             for name in CALL_COLUMNS:
                 calls[name].append(values[name])
-    groups = _groups(digests)
+    groups = _groups(digests, pairs or {})
     starts = [d.row["t0"] for d in digests if d.row["t0"] is not None]
     ends = [
         d.row["t0"] + d.row["wall_ms"] / 1000
@@ -455,7 +522,19 @@ def build_summary(
     }
 
 
-def _groups(digests: Sequence[RolloutDigest]) -> list[dict[str, Any]]:
+def _positions(
+    a: Sequence[tuple[int, bytes]], b: Sequence[tuple[int, bytes]]
+) -> list[int | None] | None:
+    """Where two aligned rollouts part, as each one's call position (``None``: it had ended)."""
+    step = divergence([s for _, s in a], [s for _, s in b])
+    if step is None:
+        return None
+    return [a[step][0] if step < len(a) else None, b[step][0] if step < len(b) else None]
+
+
+def _groups(
+    digests: Sequence[RolloutDigest], pairs: Mapping[int, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     by_task: dict[int, list[int]] = {}
     for row_index, digest in enumerate(digests):
         task = digest.row["task"]
@@ -464,12 +543,21 @@ def _groups(digests: Sequence[RolloutDigest]) -> list[dict[str, Any]]:
     out = []
     for task in sorted(by_task):
         rows = by_task[task]
-        signatures = [digests[i].signatures for i in rows]
-        out.append(
-            {
-                "task": task,
-                "rows": rows,
-                "div": divergence_matrix(signatures, max_rows=DIVERGENCE_MAX_ROWS),
-            }
-        )
+        aligned = [digests[i].aligned for i in rows]
+        group: dict[str, Any] = {
+            "task": task,
+            "rows": rows,
+            "div": [
+                [_positions(aligned[i], other) for other in aligned]
+                for i in range(min(DIVERGENCE_MAX_ROWS, len(rows)))
+            ],
+        }
+        if task in pairs:
+            group["pairs"] = dict(pairs[task])
+        out.append(group)
     return out
+
+
+def task_pairs(digests: Sequence[RolloutDigest]) -> dict[str, dict[str, Any] | None]:
+    """``group_pairs`` of one task group's full digests (built with their payloads)."""
+    return group_pairs([d.shapes or [] for d in digests])

@@ -9,6 +9,10 @@ summary, so rollouts that land while it is open appear.
 - ``GET /api/rollout/<rollout_id>/tokens``: its token view (with a staging directory): the
   staged calls, their chains verified, and the gate's manifest when its ledger is there.
 - ``GET /api/rollout/<rollout_id>/call/<position>/raw``: one call's raw texts (the raw SSE).
+- ``GET /api/search?q=<words>``: the ids of the rollouts whose prompts, answers, tool calls and
+  results hold every word (``matches_search``).
+- ``GET /api/diverge/<rollout_id>/<rollout_id>``: what first differs between two rollouts
+  (``_diverge.explain``; ``null`` when nothing does).
 
 Files are read lazily: a summary keeps a few numbers per call, recomputed only for the files
 whose size, time or marker changed, and a payload is read when it is asked for. Ids from the URL
@@ -35,8 +39,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollcap.ids import validate_rollout_id
+from rollcap.report._diverge import explain
 from rollcap.report._embed import VIEW_CSP
-from rollcap.report._model import RolloutDigest, RolloutLine, build_summary, digest_rollout
+from rollcap.report._model import (
+    RolloutDigest,
+    RolloutLine,
+    build_summary,
+    digest_rollout,
+    matches_search,
+)
 from rollcap.report._report import PageAssets, load_assets
 from rollcap.report._source import (
     RunFiles,
@@ -141,6 +152,24 @@ class RunIndex:
         digest = digest_rollout(read_rollout(self.store, rollout_id, lines.get(rollout_id)))
         return digest.payload
 
+    def search(self, query: str) -> list[str]:
+        """The ids of the rollouts (of the last summary) that ``matches_search`` the query."""
+        with self._lock:
+            digests = [digest for _, digest in self._digests.values()]
+        return [d.rollout_id for d in digests if matches_search(d.text, query)]
+
+    def diverge(self, a: str, b: str) -> tuple[bool, dict[str, Any] | None]:
+        """Whether both rollouts exist, and what first differs between them."""
+        with self._lock:
+            lines, _ = self._rollout_lines()
+        shapes = []
+        for rollout_id in (a, b):
+            if rollout_id not in lines and not self.store.path_for(rollout_id).exists():
+                return False, None
+            source = read_rollout(self.store, rollout_id, lines.get(rollout_id))
+            shapes.append(digest_rollout(source).shapes or [])
+        return True, explain(shapes[0], shapes[1])
+
     def raw(self, rollout_id: str, position: int) -> dict[str, Any] | None:
         """One call's raw texts (``{}`` when it has none); ``None`` when there is no such call."""
         records = read_rollout(self.store, rollout_id, None).records
@@ -241,6 +270,23 @@ def create_view_app(
             return _json({"error": f"no call {position} in rollout {rollout_id}"}, 404)
         return _json(texts)
 
+    async def search(request: Request) -> Response:
+        query = request.query_params.get("q", "")
+        await asyncio.to_thread(index.summary)  # the texts of rollouts that landed since
+        return _json({"q": query, "ids": await asyncio.to_thread(index.search, query)})
+
+    async def diverge(request: Request) -> Response:
+        ids = []
+        for key in ("a", "b"):
+            try:
+                ids.append(validate_rollout_id(request.path_params[key]))
+            except ValueError as exc:
+                return _json({"error": str(exc)}, 400)
+        found, why = await asyncio.to_thread(index.diverge, ids[0], ids[1])
+        if not found:
+            return _json({"error": f"no rollout {ids[0]} or {ids[1]}"}, 404)
+        return _json(why)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
@@ -259,6 +305,8 @@ def create_view_app(
             Route("/api/rollout/{rollout_id}", rollout),
             Route("/api/rollout/{rollout_id}/tokens", tokens),
             Route("/api/rollout/{rollout_id}/call/{position:int}/raw", raw),
+            Route("/api/search", search),
+            Route("/api/diverge/{a}/{b}", diverge),
         ],
         middleware=[Middleware(_KnownHostsOnly, allowed=hosts)],
         lifespan=lifespan,

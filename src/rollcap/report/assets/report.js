@@ -14,7 +14,7 @@
   const state = {
     summary: null, rows: [], callStart: [], rowById: new Map(), groupByTask: new Map(),
     cache: new Map(), sort: { key: "id", desc: false }, filter: { text: "", kind: "all", minCalls: "" },
-    bin: null, page: 0, revision: null,
+    bin: null, page: 0, revision: null, texts: null, hits: { q: null, set: null },
   };
 
   // --- DOM ---------------------------------------------------------------------------------
@@ -57,18 +57,23 @@
 
   // --- formatting --------------------------------------------------------------------------
   const dash = "–";
-  function num(v) {
+  function num(v, step) {
     if (v === null || v === undefined) return dash;
     if (typeof v !== "number") return String(v);
+    if (step && !Number.isInteger(step)) return v.toFixed(decimals(step, 1));
     if (!Number.isInteger(v)) return String(Math.round(v * 1000) / 1000);
     return String(v).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
   }
-  function ms(v) {
-    if (v === null || v === undefined) return dash;
-    if (v >= 10000) return (v / 1000).toFixed(1) + " s";
-    if (v >= 1000) return (v / 1000).toFixed(2) + " s";
-    return Math.round(v) + " ms";
+  // `step`, an axis's tick step, asks for as many decimals as tell its ticks apart.
+  function decimals(step, scale) {
+    return step ? Math.min(6, Math.max(0, Math.ceil(-Math.log10(step / scale) - 1e-9))) : 0;
   }
+  function ms(v, step) {
+    if (v === null || v === undefined) return dash;
+    if (Math.abs(v) >= 1000) return (v / 1000).toFixed(Math.max(Math.abs(v) >= 10000 ? 1 : 2, decimals(step, 1000))) + " s";
+    return v.toFixed(decimals(step, 1)) + " ms";
+  }
+  function plural(n, one, many) { return num(n) + " " + (n === 1 ? one : many || one + "s"); }
   function when(epoch) {
     if (epoch === null || epoch === undefined) return dash;
     return new Date(epoch * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
@@ -199,44 +204,59 @@
     for (let v = Math.ceil(lo / nice) * nice; v <= hi + 1e-9; v += nice) out.push(Math.round(v * 1e6) / 1e6);
     return out;
   }
+  // Tick labels get the decimals their step needs, so that no two of them read the same.
   function axes(svg, x, y, xs, ys, fmtX, fmtY) {
+    const step = (list) => (list.length > 1 ? list[1] - list[0] : 0);
     for (const v of ys) {
       svg.appendChild(s("line", { class: "grid", x1: PAD.l, x2: W - PAD.r, y1: y(v), y2: y(v) }));
-      svg.appendChild(s("text", { x: PAD.l - 4, y: y(v) + 3, "text-anchor": "end" }, fmtY(v)));
+      svg.appendChild(s("text", { x: PAD.l - 4, y: y(v) + 3, "text-anchor": "end" }, fmtY(v, step(ys))));
     }
     svg.appendChild(s("line", { class: "axis", x1: PAD.l, x2: W - PAD.r, y1: H - PAD.b, y2: H - PAD.b }));
-    for (const v of xs) svg.appendChild(s("text", { x: x(v), y: H - PAD.b + 12, "text-anchor": "middle" }, fmtX(v)));
+    for (const v of xs) svg.appendChild(s("text", { class: "tick", x: x(v), y: H - PAD.b + 12, "text-anchor": "middle" }, fmtX(v, step(xs))));
   }
-  // values: [{v, row}]; a click on a bar keeps the rollouts behind it in the list.
+  const MAX_BINS = 30;
+  // values: [{v, row}]; a click on a bar keeps the rollouts behind it in the list. Whole
+  // numbers get one bin per value (or per run of values when there are many), each bar centred
+  // on its values; other values share MAX_BINS equal bins.
   function histogram(title, values, fmt, id) {
     const box = h("div", { class: "plot", id: id }, h("h4", null, title + " (" + num(values.length) + ")"));
     if (!values.length) { box.appendChild(h("p", { class: "muted" }, "no values")); return box; }
     let lo = Infinity, hi = -Infinity;
     for (const { v } of values) { if (v < lo) lo = v; if (v > hi) hi = v; }
-    // Counts get whole-number bins: [3, 4) holds the 3s.
     const integer = values.every(({ v }) => Number.isInteger(v));
-    const range = integer ? hi - lo + 1 : hi - lo;
-    const bins = Math.min(integer ? range : 30, Math.max(1, Math.ceil(Math.sqrt(values.length))));
-    const width = range > 0 ? (integer ? Math.ceil(range / bins) : range / bins) : 1;
+    let bins, width, x0, x1;
+    if (integer) {
+      width = Math.ceil((hi - lo + 1) / MAX_BINS);
+      bins = Math.ceil((hi - lo + 1) / width);
+      x0 = lo - 0.5; x1 = lo + bins * width - 0.5;
+    } else {
+      bins = hi > lo ? Math.min(MAX_BINS, Math.max(1, Math.ceil(Math.sqrt(values.length)))) : 1;
+      width = hi > lo ? (hi - lo) / bins : 1;
+      x0 = hi > lo ? lo : lo - 0.5; x1 = hi > lo ? hi : lo + 0.5;
+    }
     const counts = new Array(bins).fill(0);
     const rows = Array.from({ length: bins }, () => new Set());
     for (const { v, row } of values) {
-      const b = Math.min(bins - 1, Math.floor((v - lo) / width));
+      const b = hi > lo || integer ? Math.min(bins - 1, Math.floor((v - lo) / width)) : 0;
       counts[b]++;
       rows[b].add(row);
     }
     const top = Math.max(...counts);
-    const x = (v) => PAD.l + ((v - lo) / (width * bins)) * (W - PAD.l - PAD.r);
+    const x = (v) => PAD.l + ((v - x0) / (x1 - x0)) * (W - PAD.l - PAD.r);
     const y = (c) => H - PAD.b - (c / top) * (H - PAD.t - PAD.b);
     const svg = s("svg", { viewBox: "0 0 " + W + " " + H, role: "img" });
-    axes(svg, x, y, ticks(lo, lo + width * bins, 4), ticks(0, top, 3).filter(Number.isInteger), fmt, num);
+    let xs = integer ? ticks(lo, lo + bins * width - 1, 4).filter(Number.isInteger) : ticks(lo, hi, 4);
+    if (!xs.length) xs = [lo];
+    axes(svg, x, y, xs, ticks(0, top, 3).filter(Number.isInteger), fmt, num);
     counts.forEach((count, b) => {
       if (!count) return;
       const from = lo + b * width, to = from + width;
-      const range = integer ? (width === 1 ? fmt(from) : fmt(from) + dash + fmt(to - 1)) : fmt(from) + dash + fmt(to);
-      const label = title + " " + range;
+      const left = integer ? from - 0.5 : hi > lo ? from : x0, right = integer ? to - 0.5 : hi > lo ? to : x1;
+      const span = integer ? (width === 1 ? fmt(from) : fmt(from) + dash + fmt(to - 1)) : hi > lo ? fmt(from, width) + dash + fmt(to, width) : fmt(lo);
+      const label = title + " " + span;
       svg.appendChild(s("rect", {
-        class: "bin", x: x(from) + 0.5, width: Math.max(1, x(to) - x(from) - 1), y: y(count), height: H - PAD.b - y(count),
+        class: "bin", x: x(left) + 0.5, width: Math.max(1, x(right) - x(left) - 1), y: y(count), height: H - PAD.b - y(count),
+        "data-from": integer ? from : null, "data-to": integer ? to - 1 : null,
         onclick: () => { state.bin = { label: label, rows: rows[b] }; state.page = 0; route(); },
       }, s("title", null, label + ": " + num(count) + " · click to list the rollouts")));
     });
@@ -255,7 +275,7 @@
     const svg = s("svg", { viewBox: "0 0 " + W + " " + H, role: "img" });
     axes(svg, x, y, ticks(x0, x1, 4), ticks(y0, y1, 3), num, num);
     for (const p of points) {
-      svg.appendChild(s("circle", { cx: x(p.x), cy: y(p.y), r: 3, onclick: () => go("#/r/" + encodeURIComponent(p.id)) },
+      svg.appendChild(s("circle", { cx: x(p.x), cy: y(p.y), r: 3, onclick: () => go(rolloutLink(p.id)) },
         s("title", null, p.id + ": " + num(p.x) + " calls, reward " + num(p.y))));
     }
     box.appendChild(svg);
@@ -314,10 +334,65 @@
     ["calls", "calls", true], ["tokens", "tokens", true], ["wall_ms", "wall time", true],
     ["ttft_p50", "TTFT p50", true], ["errors", "errors", true], ["gaps", "gaps", false], ["finish", "finish", false],
   ];
-  function matches(row) {
+  // --- filters, search and the URL ----------------------------------------------------------
+  // The filters live in the URL's query (#/...?q=mars&kind=zero&calls=2&sort=calls&desc=1), so
+  // a reload, a shared link or the back button keeps them; every page's links carry them.
+  function filterQuery() {
+    const f = state.filter, p = new URLSearchParams();
+    if (f.text) p.set("q", f.text);
+    if (f.kind !== "all") p.set("kind", f.kind);
+    if (f.minCalls !== "") p.set("calls", f.minCalls);
+    if (state.sort.key !== "id" || state.sort.desc) p.set("sort", state.sort.key);
+    if (state.sort.desc) p.set("desc", "1");
+    const q = p.toString();
+    return q ? "?" + q : "";
+  }
+  function link(path) { return "#/" + path + filterQuery(); }
+  function rolloutLink(id, pos) { return link("r/" + encodeURIComponent(id) + (pos === undefined || pos === null ? "" : "/" + pos)); }
+  function idLink(id, pos, attrs) { return h("a", Object.assign({ href: rolloutLink(id, pos), class: "rid" }, attrs || {}), pos === undefined || pos === null ? id : id + " call #" + pos); }
+  function parseHash() {
+    const raw = location.hash.replace(/^#\/?/, "");
+    const cut = raw.indexOf("?");
+    const path = cut < 0 ? raw : raw.slice(0, cut);
+    return { parts: path.split("/").map(decodeURIComponent), params: new URLSearchParams(cut < 0 ? "" : raw.slice(cut + 1)) };
+  }
+  function readFilters(params) {
+    const kinds = ["all", "zero", "positive", "errors", "gaps", "failed"];
+    state.filter = { text: params.get("q") || "", kind: kinds.includes(params.get("kind")) ? params.get("kind") : "all", minCalls: params.get("calls") || "" };
+    const key = params.get("sort");
+    state.sort = { key: COLUMNS.some(([k]) => k === key) ? key : "id", desc: params.get("desc") === "1" };
+  }
+  // The URL follows the filters without drawing the page again.
+  function keepFiltersInUrl() {
+    const { parts } = parseHash();
+    const path = parts.map(encodeURIComponent).join("/");
+    history.replaceState(null, "", "#/" + path + filterQuery());
+  }
+
+  // Full-text search: every word of the box must be in the rollout's id or in its texts (the
+  // prompt, answers, tool calls and results, expected answer, verifier fields). The file's
+  // texts are decoded on the first search; the served view searches on the server.
+  async function searchHits(text) {
+    const words = text.toLowerCase().split(/\s+/).filter(Boolean);
+    if (!words.length) return null;
+    if (state.hits.q === text && state.hits.revision === state.revision) return state.hits.set;
+    let found;
+    if (SERVED) {
+      const answer = await api("api/search?q=" + encodeURIComponent(text));
+      found = new Set(answer.ids.map((id) => state.rowById.get(id)).filter(Boolean).map((r) => r.index));
+    } else {
+      if (state.texts === null) state.texts = DATA.search ? await inflate(DATA.search) : [];
+      found = new Set();
+      state.texts.forEach((t, i) => { if (words.every((w) => t.includes(w))) found.add(i); });
+    }
+    for (const row of state.rows) if (words.every((w) => row.id.toLowerCase().includes(w))) found.add(row.index);
+    state.hits = { q: text, set: found, revision: state.revision };
+    return found;
+  }
+  function matches(row, hits) {
     const f = state.filter;
     if (state.bin && !state.bin.rows.has(row.index)) return false;
-    if (f.text && !row.id.includes(f.text)) return false;
+    if (hits && !hits.has(row.index)) return false;
     if (f.minCalls !== "" && !(row.calls > Number(f.minCalls))) return false;
     switch (f.kind) {
       case "zero": return row.reward === 0;
@@ -339,23 +414,32 @@
     else out = x < y ? -1 : x > y ? 1 : a.index - b.index;
     return state.sort.desc ? -out : out;
   }
+  // The rollouts the list shows, in its order: what previous/next move through.
+  async function listedRows() {
+    const hits = await searchHits(state.filter.text);
+    return state.rows.filter((row) => matches(row, hits)).sort(compare);
+  }
   function rolloutList() {
     const wrap = h("div", { id: "rollout-list" });
-    const draw = () => {
-      const rows = state.rows.filter(matches).sort(compare);
+    let drawing = 0;
+    const draw = async () => {
+      const mine = ++drawing;
+      const rows = await listedRows();
+      if (mine !== drawing) return;  // a later keystroke drew it already
       const pages = Math.max(1, Math.ceil(rows.length / PAGE_ROWS));
       state.page = Math.min(state.page, pages - 1);
       const shown = rows.slice(state.page * PAGE_ROWS, (state.page + 1) * PAGE_ROWS);
       const head = h("tr", null, COLUMNS.map(([key, label, numeric]) => h("th", {
         class: (numeric ? "num " : "") + (state.sort.key === key ? "sorted" + (state.sort.desc ? " desc" : "") : ""),
         "data-key": key,
-        onclick: () => { state.sort = { key: key, desc: state.sort.key === key ? !state.sort.desc : false }; draw(); },
+        onclick: () => { state.sort = { key: key, desc: state.sort.key === key ? !state.sort.desc : false }; keepFiltersInUrl(); draw(); },
       }, label)));
       const body = h("tbody", null, shown.map((row) => h("tr", {
         class: row.errors ? "has-errors" : null, "data-rollout": row.id,
-        onclick: () => go("#/r/" + encodeURIComponent(row.id)),
+        onclick: (e) => { if (e.target.tagName !== "A") go(rolloutLink(row.id)); },
       },
-      h("td", null, row.id), h("td", { class: "num" }, num(row.task)), h("td", { class: "num" }, num(row.attempt)),
+      h("td", null, idLink(row.id)), h("td", { class: "num" }, row.task === null ? dash : h("a", { href: link("t/" + row.task) }, num(row.task))),
+      h("td", { class: "num" }, num(row.attempt)),
       h("td", { class: "num" }, num(row.reward)), h("td", { class: "num" }, num(row.calls)),
       h("td", { class: "num" }, num(row.tokens)), h("td", { class: "num" }, ms(row.wall_ms)),
       h("td", { class: "num" }, ms(row.ttft_p50)), h("td", { class: "num errors" }, num(row.errors)),
@@ -365,16 +449,18 @@
         h("button", { disabled: state.page === 0 ? "" : null, onclick: () => { state.page--; draw(); } }, "previous"),
         " page " + (state.page + 1) + " of " + pages + " ",
         h("button", { disabled: state.page >= pages - 1 ? "" : null, onclick: () => { state.page++; draw(); } }, "next")) : null;
-      fill(wrap, h("p", { class: "muted", id: "list-count" }, num(rows.length) + " of " + num(state.rows.length) + " rollouts"),
+      fill(wrap, h("p", { class: "muted", id: "list-count" }, num(rows.length) + " of " + plural(state.rows.length, "rollout")),
         pager, h("table", { id: "rollouts" }, h("thead", null, head), body));
+      wrap.dataset.drawn = String(mine);
     };
-    const text = h("input", { type: "search", placeholder: "rollout id contains", value: state.filter.text,
-      oninput: (e) => { state.filter.text = e.target.value; state.page = 0; draw(); } });
-    const kind = h("select", { id: "filter-kind", onchange: (e) => { state.filter.kind = e.target.value; state.page = 0; draw(); } },
+    const changed = () => { state.page = 0; keepFiltersInUrl(); draw(); };
+    const text = h("input", { type: "search", id: "search", placeholder: "search prompts, answers, tool results, ids", value: state.filter.text,
+      oninput: (e) => { state.filter.text = e.target.value; changed(); } });
+    const kind = h("select", { id: "filter-kind", onchange: (e) => { state.filter.kind = e.target.value; changed(); } },
       [["all", "all rollouts"], ["zero", "reward = 0"], ["positive", "reward > 0"], ["errors", "has errors"],
         ["gaps", "has gaps"], ["failed", "failed"]].map(([v, l]) => h("option", { value: v, selected: state.filter.kind === v ? "" : null }, l)));
-    const calls = h("input", { type: "number", min: 0, value: state.filter.minCalls,
-      oninput: (e) => { state.filter.minCalls = e.target.value; state.page = 0; draw(); } });
+    const calls = h("input", { type: "number", id: "min-calls", min: 0, value: state.filter.minCalls,
+      oninput: (e) => { state.filter.minCalls = e.target.value; changed(); } });
     const bin = state.bin ? h("span", { class: "chip" }, state.bin.label + " ",
       h("button", { onclick: () => { state.bin = null; route(); } }, "clear")) : null;
     draw();
@@ -384,24 +470,59 @@
     show(h("h2", null, "Run"), overview(), h("h2", null, "Rollouts"), rolloutList());
   }
 
-  // --- rollout: waterfall, call detail, tokens -----------------------------------------------
-  function waterfall(row, calls, picked) {
+  // --- rollout: waterfall, transcript, call detail, tokens -----------------------------------
+  // The tool runs of ng_trajectory.tool_calls, each after the call that asked for it.
+  function toolRuns(row, payload) {
+    const runs = (payload && payload.facts && payload.facts.tool_runs) || [];
+    const asked = new Map();
+    if (payload) payload.calls.forEach((c, i) => { for (const t of toolCallsOf(c)) if (t.call_id) asked.set(t.call_id, i); });
+    return runs.map((r) => {
+      const start = typeof r.started_at === "number" && row.t0 !== null ? (r.started_at - row.t0) * 1000 : null;
+      let duration = typeof r.duration_ms === "number" ? r.duration_ms : null;
+      if (duration === null && typeof r.started_at === "number" && typeof r.completed_at === "number") duration = (r.completed_at - r.started_at) * 1000;
+      return { id: r.id, name: r.tool_name || "tool", start: start, duration: duration, status: r.status || null, error: r.error_type || null, after: asked.has(r.id) ? asked.get(r.id) : null };
+    });
+  }
+  function waterfall(row, calls, picked, runs) {
     const shown = calls.slice(0, MAX_BARS);
+    const lanes = [];
+    const byCall = new Map();
+    const loose = [];
+    for (const r of runs) {
+      if (r.start === null) continue;
+      if (r.after !== null && r.after < shown.length) { if (!byCall.has(r.after)) byCall.set(r.after, []); byCall.get(r.after).push(r); } else loose.push(r);
+    }
+    for (const c of shown) { lanes.push({ call: c }); for (const r of byCall.get(c.pos) || []) lanes.push({ run: r }); }
+    for (const r of loose) lanes.push({ run: r });
     let end = 0;
     for (const c of shown) end = Math.max(end, (c.start || 0) + (c.latency || 0));
+    for (const r of runs) if (r.start !== null) end = Math.max(end, r.start + (r.duration || 0));
     end = end || 1;
-    const width = 900, left = 56, bar = 14, top = 18;
+    const width = 900, left = 96, bar = 14, top = 18;
     const x = (v) => left + (v / end) * (width - left - 30);
-    const svg = s("svg", { id: "waterfall", width: width, height: top + shown.length * bar + 6, viewBox: "0 0 " + width + " " + (top + shown.length * bar + 6) });
-    for (const t of ticks(0, end, 6)) {
-      svg.appendChild(s("line", { class: "grid", x1: x(t), x2: x(t), y1: top - 4, y2: top + shown.length * bar }));
-      svg.appendChild(s("text", { x: x(t), y: 11, "text-anchor": "middle" }, ms(t)));
+    const height = top + lanes.length * bar + 6;
+    const svg = s("svg", { id: "waterfall", width: width, height: height, viewBox: "0 0 " + width + " " + height });
+    const axis = ticks(0, end, 6);
+    for (const t of axis) {
+      svg.appendChild(s("line", { class: "grid", x1: x(t), x2: x(t), y1: top - 4, y2: top + lanes.length * bar }));
+      svg.appendChild(s("text", { class: "tick", x: x(t), y: 11, "text-anchor": "middle" }, ms(t, axis.length > 1 ? axis[1] - axis[0] : 0)));
     }
-    for (const c of shown) {
-      const y = top + c.pos * bar;
+    lanes.forEach((lane, k) => {
+      const y = top + k * bar;
+      if (lane.run) {
+        const r = lane.run;
+        const failed = r.status && r.status !== "completed";
+        const g = s("g", { class: "tool-run", "data-tool-call": r.id });
+        g.appendChild(s("text", { x: 14, y: y + 10 }, "⚙ " + r.name));
+        g.appendChild(s("rect", { class: "run" + (failed ? " error" : ""), x: x(r.start), y: y + 3, height: bar - 6, width: Math.max(2, x(r.start + (r.duration || 0)) - x(r.start)) }));
+        g.appendChild(s("title", null, "tool " + r.name + " (" + r.id + ") · " + ms(r.duration) + " · " + (r.status || "status unknown") + (r.error ? " · " + r.error : "")));
+        svg.appendChild(g);
+        return;
+      }
+      const c = lane.call;
       const start = c.start || 0;
       const g = s("g", { class: "bar" + (c.pos === picked ? " picked" : ""), "data-call": c.pos, "data-stream": c.stream ? "1" : "0",
-        onclick: () => go("#/r/" + encodeURIComponent(row.id) + "/" + c.pos) });
+        onclick: () => go(rolloutLink(row.id, c.pos)) });
       g.appendChild(s("rect", { class: "hit", x: 0, y: y, width: width, height: bar }));
       g.appendChild(s("text", { x: 4, y: y + 10, class: c.stream ? "stream" : null }, "#" + c.pos + (c.stream ? " ≋" : "")));
       g.appendChild(s("rect", { class: "call" + (c.err ? " error" : ""), x: x(start), y: y + 2, height: bar - 4,
@@ -414,22 +535,17 @@
       if (c.err) facts.push("error " + c.err + (c.status ? " (HTTP " + c.status + ")" : ""));
       g.appendChild(s("title", null, facts.join(" · ")));
       svg.appendChild(g);
-    }
+    });
     return h("div", null,
       h("p", { class: "legend muted" }, h("span", null, h("i", { style: "background:var(--accent)" }), "call"),
         h("span", null, h("i", { style: "background:var(--ttft)" }), "time to first token (streamed calls, ≋)"),
-        h("span", null, h("i", { style: "background:var(--err)" }), "error"), h("span", null, "gaps between bars: agent and tool time")),
+        h("span", null, h("i", { style: "background:var(--tool)" }), "tool run (⚙)"),
+        h("span", null, h("i", { style: "background:var(--err)" }), "error"), h("span", null, "other gaps between bars: agent time")),
       calls.length > MAX_BARS ? h("p", { class: "muted" }, "the first " + MAX_BARS + " of " + calls.length + " calls") : null,
       h("div", { class: "wf" }, svg));
   }
 
-  function messageView(m) {
-    if (m === null || typeof m !== "object") return h("pre", null, pretty(m));
-    const role = String(m.role || "?");
-    const box = h("div", { class: "msg role-" + role.replace(/[^a-z]/g, "") },
-      h("div", { class: "role" }, role, m.tool_call_id ? " · result of " + m.tool_call_id : "", m.name ? " · " + m.name : ""));
-    if (m.reasoning_content) box.appendChild(h("details", null, h("summary", null, "reasoning"), h("pre", null, String(m.reasoning_content))));
-    const content = m.content;
+  function contentView(box, content) {
     if (typeof content === "string") { if (content) box.appendChild(h("pre", { class: "text" }, content)); }
     else if (Array.isArray(content)) {
       for (const part of content) {
@@ -438,10 +554,106 @@
         else box.appendChild(h("pre", null, pretty(part)));
       }
     } else if (content !== null && content !== undefined) box.appendChild(h("pre", null, pretty(content)));
+  }
+  function messageView(m) {
+    if (m === null || typeof m !== "object") return h("pre", null, pretty(m));
+    const role = String(m.role || "?");
+    const box = h("div", { class: "msg role-" + role.replace(/[^a-z]/g, ""), "data-tool-call": m.tool_call_id || null },
+      h("div", { class: "role" }, role, m.tool_call_id ? " · result of " + m.tool_call_id : "", m.name ? " · " + m.name : ""));
+    if (m.reasoning_content) box.appendChild(h("details", null, h("summary", null, "reasoning"), h("pre", null, String(m.reasoning_content))));
+    contentView(box, m.content);
     for (const call of m.tool_calls || []) {
       const fn = (call && call.function) || {};
-      box.appendChild(h("div", { class: "tool-call" }, h("span", { class: "name" }, String(fn.name)), h("pre", null, pretty(fn.arguments))));
+      box.appendChild(h("div", { class: "tool-call" }, h("span", { class: "name" }, String(fn.name)),
+        call && call.id ? h("span", { class: "muted call-id" }, " (" + call.id + ")") : null, h("pre", null, pretty(fn.arguments))));
     }
+    return box;
+  }
+  function textOf(messages) {
+    return messages.map((m) => (typeof m.content === "string" ? m.content : Array.isArray(m.content) ? m.content.map((p) => (p && p.text) || "").join("") : "")).join("");
+  }
+  function toolCallsOf(call) {
+    return call.tool_calls || call.answer.flatMap((m) => (m.tool_calls || []).map((t) => {
+      const fn = (t && t.function) || {};
+      return { call_id: t && t.id, name: fn.name, arguments: fn.arguments };
+    }));
+  }
+  // What a call ended in: its error, else its finish reason or (Responses) its status, and
+  // whether it asked for tools. Only a normal end is green.
+  const NORMAL_END = new Set(["stop", "end_turn", "completed", "stop_sequence"]);
+  const SHORT_END = new Set(["length", "max_tokens", "incomplete", "content_filter"]);
+  function callBadges(call) {
+    if (call.error_category) return [tag(call.error_category, "err"), call.status_code ? tag("HTTP " + call.status_code, "err") : null];
+    const end = call.finish_reason || call.response_status;
+    const tools = toolCallsOf(call).length;
+    const out = [end ? tag(end, NORMAL_END.has(end) ? "ok" : SHORT_END.has(end) ? "gap" : null) : tag("no finish reason", "gap")];
+    if (tools && end !== "tool_calls" && end !== "tool_use") out.push(tag(plural(tools, "tool call"), "tools"));
+    return out;
+  }
+
+  // The task's input, the expected answer, the final answer, the verifier's fields and the
+  // reward, from the rollout's line.
+  function factsHeader(row, payload) {
+    const f = payload && payload.facts;
+    const box = h("section", { class: "detail", id: "rollout-header" });
+    if (!f) {
+      box.appendChild(h("p", { class: "muted" }, row.failure !== null ? "the rollout failed: no graded line" : "no rollout line for this rollout: the task, its expected answer and its grading are in the rollouts file (capture report --rollouts FILE)"));
+      return box;
+    }
+    const input = f.input && f.input.length ? h("div", { id: "task-input" }, f.input.map(messageView)) : dash;
+    const expected = f.expected ? h("span", { id: "expected-answer" }, h("code", null, typeof f.expected.value === "string" ? f.expected.value : JSON.stringify(f.expected.value)), h("span", { class: "muted" }, " (the line's " + f.expected.field + ")")) : h("span", { class: "muted", id: "expected-answer" }, "none found in the line");
+    const verifier = Object.entries(f.verifier || {});
+    box.appendChild(kv([
+      ["input", input],
+      ["expected answer", expected],
+      ["final answer", f.answer === null || f.answer === undefined ? h("span", { class: "muted", id: "final-answer" }, "no text") : h("pre", { class: "text", id: "final-answer" }, f.answer)],
+      ["verifier", verifier.length ? h("span", { id: "verifier" }, verifier.map(([k, v]) => h("span", { class: "field", "data-field": k }, h("b", null, k), " ", h("code", null, JSON.stringify(v))))) : dash],
+      ["reward", h("b", { id: "reward" }, num(row.reward))],
+    ]));
+    return box;
+  }
+
+  // Every call in order: what it added, its answer, each tool call with its result and run.
+  function transcript(row, payload, calls, runs) {
+    const box = h("section", { id: "transcript" });
+    const runById = new Map(runs.map((r) => [r.id, r]));
+    const results = new Map();
+    payload.calls.forEach((c, i) => { for (const m of c.new) if (m && m.role === "tool" && m.tool_call_id && !results.has(m.tool_call_id)) results.set(m.tool_call_id, { message: m, at: i }); });
+    const paired = new Set();
+    const total = payload.calls.length;
+    payload.calls.forEach((c, i) => {
+      const t = calls[i] || {};
+      const turn = h("div", { class: "turn", id: "turn-" + i, "data-call": i });
+      const facts = ["tokens in " + num(c.usage.tokens_in) + " · out " + num(c.usage.tokens_out), ms(t.latency), c.stream ? "TTFT " + ms(t.ttft) : "not streamed"];
+      turn.appendChild(h("h4", null, h("a", { href: rolloutLink(row.id, i), class: "open-call" }, "turn " + (i + 1) + "/" + total + " · call #" + i), " ", callBadges(c), " ", h("span", { class: "muted" }, facts.join(" · "))));
+      if (c.retry !== undefined) turn.appendChild(h("p", { class: "marker retry" }, "failed" + (c.status_code ? " with HTTP " + c.status_code : "") + (c.error_category ? " (" + c.error_category + ")" : "") + "; retried with the same request as call #" + c.retry));
+      if (c.retry_of !== undefined) turn.appendChild(h("p", { class: "muted" }, "the same request as call #" + c.retry_of + ", which failed"));
+      const added = c.new.filter((m) => !(m && m.role === "tool" && paired.has(m.tool_call_id)));
+      if (added.length) turn.appendChild(h("div", { class: "added" }, added.map(messageView)));
+      else if (c.retry_of === undefined && c.new.length === 0) turn.appendChild(h("p", { class: "muted" }, "no new message"));
+      const answer = h("div", { class: "turn-answer" });
+      if (c.reasoning !== null) answer.appendChild(h("details", { class: "reasoning" }, h("summary", null, "reasoning"), h("pre", null, c.reasoning)));
+      const text = textOf(c.answer);
+      if (text) answer.appendChild(h("div", { class: "msg role-assistant" }, h("div", { class: "role" }, "assistant"), h("pre", { class: "text answer-text" }, text)));
+      for (const tc of toolCallsOf(c)) {
+        const result = tc.call_id ? results.get(tc.call_id) : undefined;
+        const r = tc.call_id ? runById.get(tc.call_id) : undefined;
+        if (tc.call_id) paired.add(tc.call_id);
+        const tool = h("div", { class: "tool-call paired", "data-tool-call": tc.call_id || "" },
+          h("div", null, "tool call ", h("span", { class: "name" }, String(tc.name)), tc.call_id ? h("span", { class: "muted call-id" }, " " + tc.call_id) : null,
+            r ? h("span", { class: "tool-duration" }, " · ran " + ms(r.duration) + (r.status ? " · " + r.status : "")) : h("span", { class: "muted" }, " · run not timed")),
+          h("pre", { class: "arguments" }, pretty(tc.arguments)));
+        if (result) {
+          const out = h("div", { class: "tool-result" }, h("div", { class: "role" }, "result", result.at !== i + 1 ? " (sent with call #" + result.at + ")" : ""));
+          contentView(out, result.message.content);
+          tool.appendChild(out);
+        } else tool.appendChild(h("p", { class: "muted" }, "no result sent back to the model"));
+        answer.appendChild(tool);
+      }
+      if (c.response !== undefined) answer.appendChild(h("pre", { class: "error-body" }, pretty(c.response)));
+      if (answer.childNodes.length) turn.appendChild(answer);
+      box.appendChild(turn);
+    });
     return box;
   }
   function download(name, value) {
@@ -463,9 +675,12 @@
     const memo = new Map();
     const whole = conversation(payload, pos, memo);
     const box = h("section", { class: "detail", id: "call-detail", "data-call": pos });
-    const link = (i) => h("a", { href: "#/r/" + encodeURIComponent(row.id) + "/" + i }, "#" + i);
+    const link = (i) => h("a", { href: rolloutLink(row.id, i) }, "#" + i);
     const usage = call.usage;
-    box.appendChild(h("h3", null, "Call #" + pos + " ", call.error_category ? tag(call.error_category, "err") : tag(call.finish_reason || "no finish reason", "ok")));
+    box.appendChild(h("p", null, h("a", { href: rolloutLink(row.id), id: "back-to-transcript" }, "← the whole transcript")));
+    box.appendChild(h("h3", null, "Call #" + pos + " ", callBadges(call)));
+    if (call.retry !== undefined) box.appendChild(h("p", { class: "marker retry" }, "this call failed and was retried with the same request as call ", link(call.retry)));
+    if (call.retry_of !== undefined) box.appendChild(h("p", { class: "muted" }, "the same request as call ", link(call.retry_of), ", which failed"));
     box.appendChild(kv([
       ["model call id", call.id], ["model", call.model || dash], ["dialect", call.dialect],
       ["HTTP status", num(call.status_code)], ["error category", h("span", { class: "error-category" }, call.error_category || dash)],
@@ -475,18 +690,20 @@
       ["tokens", "in " + num(usage.tokens_in) + " (cached " + num(usage.cached_tokens) + ") · out " + num(usage.tokens_out) +
         " (reasoning " + num(usage.tokens_reasoning) + ")"],
       call.session ? ["client session", call.session] : null,
-      ["continues", call.parent === null ? "nothing: first of its conversation" : h("span", null, "call ", link(call.parent), ", " + call.keep + " messages kept")],
+      ["continues", call.parent === null ? "nothing: first of its conversation" : h("span", null, "call ", link(call.parent), ", " + plural(call.keep, "message") + " kept")],
     ]));
     if (call.gaps.length) box.appendChild(h("p", null, "Gaps: ", call.gaps.map((g) => tag(g.code + (g.detail ? ": " + g.detail : ""), "gap"))));
 
     const newOnes = h("div", { id: "new-messages" });
+    const heading = h("h3", { id: "messages-heading" });
     const showMessages = (all) => {
       const list = all ? whole : call.new;
-      fill(newOnes, list.length ? list.map(messageView) : h("p", { class: "muted" }, "no new message (the same request as call #" + call.parent + ")"));
+      fill(heading, all ? "The whole request (" + plural(whole.length, "message") + ")" : "New messages (" + call.new.length + " of " + whole.length + ")");
+      fill(newOnes, list.length ? list.map(messageView) : h("p", { class: "muted" }, call.parent === null ? "no message" : "no new message (the same request as call #" + call.parent + ")"));
     };
     showMessages(false);
-    const toggle = h("label", null, h("input", { type: "checkbox", id: "whole-request", onchange: (e) => showMessages(e.target.checked) }), " whole request (" + whole.length + " messages)");
-    box.appendChild(h("h3", null, "New messages (" + call.new.length + ") "));
+    const toggle = h("label", null, h("input", { type: "checkbox", id: "whole-request", onchange: (e) => showMessages(e.target.checked) }), " show the whole request (" + plural(whole.length, "message") + ")");
+    box.appendChild(heading);
     box.appendChild(toggle);
     if (call.request_error) box.appendChild(h("div", null, h("p", { class: "marker" }, "the request could not be read as a conversation: " + call.request_error), h("pre", null, pretty(call.request))));
     box.appendChild(newOnes);
@@ -498,12 +715,9 @@
     if (tools) box.appendChild(h("details", null, h("summary", null, "tool definitions (" + (Array.isArray(tools) ? tools.length : 1) + ")"), h("pre", null, pretty(tools))));
 
     const answer = h("div", { id: "answer" });
-    const text = call.answer.map((m) => (typeof m.content === "string" ? m.content : Array.isArray(m.content) ? m.content.map((p) => (p && p.text) || "").join("") : "")).join("");
+    const text = textOf(call.answer);
     if (text) answer.appendChild(h("pre", { class: "text answer-text" }, text));
-    const toolCalls = call.tool_calls || call.answer.flatMap((m) => (m.tool_calls || []).map((t) => {
-      const fn = (t && t.function) || {};
-      return { call_id: t && t.id, name: fn.name, arguments: fn.arguments };
-    }));
+    const toolCalls = toolCallsOf(call);
     for (const t of toolCalls) {
       answer.appendChild(h("div", { class: "tool-call" }, "tool call ", h("span", { class: "name" }, String(t.name)),
         t.call_id ? h("span", { class: "muted" }, " (" + t.call_id + ")") : null, h("pre", { class: "arguments" }, pretty(t.arguments))));
@@ -588,31 +802,61 @@
     return box;
   }
 
+  // Previous/next move through the list as filtered and sorted (keys: ← →, k j).
+  async function neighbours(row) {
+    const rows = await listedRows();
+    const at = rows.findIndex((r) => r.index === row.index);
+    return { at: at, count: rows.length, prev: at > 0 ? rows[at - 1] : null, next: at >= 0 && at + 1 < rows.length ? rows[at + 1] : null };
+  }
+  let keysFor = null;
+  document.addEventListener("keydown", (e) => {
+    if (!keysFor || e.altKey || e.ctrlKey || e.metaKey) return;
+    const tagName = document.activeElement && document.activeElement.tagName;
+    if (tagName === "INPUT" || tagName === "SELECT" || tagName === "TEXTAREA") return;
+    const target = e.key === "ArrowLeft" || e.key === "k" ? keysFor.prev : e.key === "ArrowRight" || e.key === "j" ? keysFor.next : null;
+    if (target) { e.preventDefault(); go(rolloutLink(target.id)); }
+  });
+
   async function rolloutPage(id, pos) {
+    keysFor = null;
     const row = state.rowById.get(id);
     if (!row) { show(h("p", { class: "marker" }, "no rollout " + id + " in this run")); return; }
     const calls = callsOf(row);
     const group = row.task !== null ? state.groupByTask.get(row.task) : null;
+    const near = await neighbours(row);
+    const filtered = filterQuery() !== "" && (state.filter.text || state.filter.kind !== "all" || state.filter.minCalls !== "");
+    const nav = h("div", { class: "controls", id: "rollout-nav" },
+      near.prev ? h("a", { href: rolloutLink(near.prev.id), id: "prev-rollout", title: "previous rollout (← or k)" }, "← " + near.prev.id) : h("span", { class: "muted" }, "← none"),
+      h("span", { class: "muted", id: "nav-position" }, near.at >= 0 ? (near.at + 1) + " of " + near.count + (filtered ? " filtered" : "") + " rollouts" : "not in the filtered list"),
+      near.next ? h("a", { href: rolloutLink(near.next.id), id: "next-rollout", title: "next rollout (→ or j)" }, near.next.id + " →") : h("span", { class: "muted" }, "none →"),
+      h("a", { href: link(""), id: "to-list" }, "the list"));
+    keysFor = near;
+    const payload = await blob("payloads", row.id);
+    const runs = toolRuns(row, payload);
     const head = [
+      nav,
       h("h2", null, "Rollout " + row.id),
+      factsHeader(row, payload),
       kv([
-        ["task", row.task === null ? dash : h("span", null, num(row.task), group && group.rows.length > 1 ? [" · ", h("a", { href: "#/t/" + row.task, id: "group-link" }, "compare its " + group.rows.length + " rollouts")] : null)],
-        ["attempt", num(row.attempt)], ["reward", num(row.reward)],
+        ["task", row.task === null ? dash : h("span", null, h("a", { href: link("t/" + row.task) }, num(row.task)), group && group.rows.length > 1 ? [" · ", h("a", { href: link("t/" + row.task), id: "group-link" }, "compare its " + group.rows.length + " rollouts")] : null)],
+        ["attempt", num(row.attempt)],
         row.failure !== null ? ["failure", h("span", { class: "tag err" }, row.failure)] : null,
         ["calls", num(row.calls) + " (" + num(row.errors) + " with errors)"], ["wall time", ms(row.wall_ms)],
         ["tokens", "in " + num(row.tokens_in) + " · out " + num(row.tokens_out) + " · reasoning " + num(row.tokens_reasoning) + " · cached " + num(row.cached_tokens)],
         ["gaps", row.gaps.length ? row.gaps.map((g) => tag(shortGap(g), "gap")) : dash],
       ]),
-      h("h3", null, "Calls on one time axis"), waterfall(row, calls, pos),
+      h("h3", null, "Calls and tool runs on one time axis"), waterfall(row, calls, pos, runs),
     ];
     const detail = h("div", { id: "rollout-detail" });
     show(head, detail);
-    const payload = await blob("payloads", row.id);
     if (!payload) { detail.appendChild(leftOutNote("This rollout's payloads")); }
     else {
       for (const g of payload.gaps) detail.appendChild(h("p", { class: "marker" }, g.code + (g.detail ? ": " + g.detail : "")));
       if (pos !== null && pos < payload.calls.length) detail.appendChild(callDetail(row, payload, pos));
-      else if (payload.calls.length) detail.appendChild(h("p", { class: "muted" }, "Click a bar to open its call."));
+      else if (payload.calls.length) {
+        detail.appendChild(h("h3", null, "Transcript ", h("span", { class: "muted" }, "(" + plural(payload.calls.length, "call") + "; click a turn or a bar for the call's detail)")));
+        detail.appendChild(transcript(row, payload, calls, runs));
+      }
     }
     if (DATA.tokens !== undefined || SERVED) {
       const tokens = await blob("tokens", row.id);
@@ -621,6 +865,49 @@
   }
 
   // --- task group ----------------------------------------------------------------------------
+  // What first differs between rollouts i and j of a group (rollcap.report._diverge.explain):
+  // from the report's explained pairs, else asked of the served view; `undefined` when neither
+  // has it. The pairs are stored for i < j; the other way round, the sides swap.
+  function swapSides(why) {
+    if (!why) return why;
+    const out = Object.assign({}, why, { a: why.b, b: why.a, role_a: why.role_b, role_b: why.role_a, retries: { a: why.retries.b, b: why.retries.a } });
+    if (why.ended) out.ended = why.ended === "a" ? "b" : "a";
+    if (why.answered_at) out.answered_at = [why.answered_at[1], why.answered_at[0]];
+    if (why.params) out.params = Object.fromEntries(Object.entries(why.params).map(([k, [x, y]]) => [k, [y, x]]));
+    return out;
+  }
+  async function explained(group, rows, i, j) {
+    if (group.pairs) {
+      const key = Math.min(i, j) + "-" + Math.max(i, j);
+      if (key in group.pairs) return i < j ? group.pairs[key] : swapSides(group.pairs[key]);
+    }
+    if (SERVED) return api("api/diverge/" + encodeURIComponent(rows[i].id) + "/" + encodeURIComponent(rows[j].id));
+    return undefined;
+  }
+  function retryNotes(why, rows) {
+    const out = [];
+    for (const [side, r] of [["a", rows[0]], ["b", rows[1]]]) {
+      for (const [failed, retry, error, status] of why ? why.retries[side] : []) {
+        out.push(h("p", { class: "marker retry" }, idLink(r.id, failed), " failed" + (status ? " with HTTP " + status : "") + (error ? " (" + error + ")" : "") + " and was retried with the same request as call #" + retry + "; the comparison leaves the failed call out"));
+      }
+    }
+    return out;
+  }
+  function verdictOf(why, ra, rb) {
+    if (why === null) return "they made the same requests and their last calls answered alike";
+    const at = "at call #" + why.a + " of " + ra.id + " and call #" + why.b + " of " + rb.id;
+    switch (why.kind) {
+      case "params": return "they first differ " + at + ": the same messages, different request parameters: " + Object.keys(why.params).join(", ");
+      case "message": return "they first differ " + at + ": message #" + why.message + " (" + (why.role_a || "none") + " / " + (why.role_b || "none") + ")" + (why.answered_at ? ", after calls #" + why.answered_at[0] + " / #" + why.answered_at[1] + " answered differently" : "");
+      case "ended": {
+        const [done, other, pos] = why.ended === "a" ? [ra, rb, why.b] : [rb, ra, why.a];
+        return "the same requests until " + done.id + " stopped; " + other.id + " went on with call #" + pos;
+      }
+      case "answer": return "the same requests; their last calls (#" + why.a + " / #" + why.b + ") answered differently";
+      case "request": return "they first differ " + at + ": requests that could not be read as conversations";
+      default: return "they differ " + at;
+    }
+  }
   async function groupPage(task, a, b) {
     const group = state.groupByTask.get(task);
     if (!group) { show(h("p", { class: "marker" }, "no task " + task + " in this run")); return; }
@@ -629,36 +916,61 @@
     const mean = rewards.length ? rewards.reduce((x, y) => x + y, 0) / rewards.length : null;
     const spread = rewards.length ? Math.max(...rewards) - Math.min(...rewards) : null;
     const div = (i, j) => (group.div[i] ? group.div[i][j] : undefined);
-    a = Math.min(a, rows.length - 1); b = Math.min(b, rows.length - 1);
-    const table = h("table", { id: "group-rollouts" }, h("thead", null, h("tr", null, ["rollout", "reward", "calls", "errors", "diverges from " + rows[a].id].map((t) => h("th", null, t)))),
-      h("tbody", null, rows.map((r, i) => h("tr", { "data-rollout": r.id, onclick: () => go("#/r/" + encodeURIComponent(r.id)) },
-        h("td", null, r.id), h("td", { class: "num" }, num(r.reward)), h("td", { class: "num" }, num(r.calls)), h("td", { class: "num" }, num(r.errors)),
-        h("td", { class: "num" }, i === a ? dash : div(a, i) === null ? "never" : div(a, i) === undefined ? "not computed" : "call #" + div(a, i))))));
-    const pick = (which, value) => h("select", { id: "pick-" + which, onchange: (e) => go("#/t/" + task + "/" + (which === "a" ? e.target.value + "/" + b : a + "/" + e.target.value)) },
+    a = Math.max(0, Math.min(a, rows.length - 1)); b = Math.max(0, Math.min(b, rows.length - 1));
+    const partsAt = (d) => (d === null ? "never" : d === undefined ? "not computed" : d[0] === null ? "stopped first (other: call #" + d[1] + ")" : d[1] === null ? "went on (call #" + d[0] + ")" : d[0] === d[1] ? "call #" + d[1] : "call #" + d[1] + " (#" + d[0] + " there)");
+    const table = h("table", { id: "group-rollouts" },
+      h("thead", null, h("tr", null, [["rollout", false], ["reward", true], ["calls", true], ["errors", true], ["diverges from " + rows[a].id, false]].map(([t, n]) => h("th", { class: n ? "num" : null }, t)))),
+      h("tbody", null, rows.map((r, i) => h("tr", { "data-rollout": r.id, onclick: (e) => { if (e.target.tagName !== "A") go(rolloutLink(r.id)); } },
+        h("td", null, idLink(r.id)), h("td", { class: "num" }, num(r.reward)), h("td", { class: "num" }, num(r.calls)), h("td", { class: "num" }, num(r.errors)),
+        h("td", null, i === a ? dash : partsAt(div(a, i)))))));
+    const pick = (which, value) => h("select", { id: "pick-" + which, onchange: (e) => go(link("t/" + task + "/" + (which === "a" ? e.target.value + "/" + b : a + "/" + e.target.value))) },
       rows.map((r, i) => h("option", { value: i, selected: i === value ? "" : null }, r.id)));
-    const k = div(a, b);
-    const verdict = a === b ? "the same rollout" : k === null ? "they made the same requests" : k === undefined ? "not computed for a group this large; compare with the first rollout" : "they first diverge at call #" + k;
     const columns = h("div", { class: "cols", id: "diverging-calls" });
-    show(h("h2", null, "Task " + task + ": " + rows.length + " rollouts"),
-      kv([["rewards", rewards.map(num).join(", ") || dash], ["mean", num(mean)], ["spread", num(spread)],
+    const verdict = h("p", { id: "divergence" });
+    const notes = h("div", { id: "divergence-notes" });
+    show(h("h2", null, "Task " + task + ": " + plural(rows.length, "rollout")),
+      kv([["rewards", rewards.map((x) => num(x)).join(", ") || dash], ["mean", num(mean)], ["spread", num(spread)],
         ["advantage", spread === 0 && rewards.length > 1 ? h("span", { class: "tag gap", id: "zero-advantage" }, "all rewards equal: zero advantage") : dash]]),
       table, h("h3", null, "Where two rollouts part"),
-      h("div", { class: "controls" }, pick("a", a), " and ", pick("b", b)),
-      h("p", { id: "divergence", "data-call": typeof k === "number" ? k : "" }, verdict), columns);
-    if (typeof k !== "number") return;
-    for (const r of [rows[a], rows[b]]) {
-      const col = h("div", { class: "col" }, h("h4", null, h("a", { href: "#/r/" + encodeURIComponent(r.id) + "/" + k }, r.id + " call #" + k)));
+      h("div", { class: "controls" }, pick("a", a), " and ", pick("b", b)), verdict, notes, columns);
+    if (a === b) { verdict.textContent = "the same rollout"; return; }
+    const why = await explained(group, rows, a, b);
+    if (why === undefined) {
+      const d = div(a, b);
+      verdict.textContent = d === undefined ? "not computed for a group this large; compare with the first rollout" : d === null ? "they made the same requests" : "they first diverge at call #" + d[0] + " / #" + d[1] + " (not explained for a group this large: compare with the first rollout)";
+      return;
+    }
+    const ra = rows[a], rb = rows[b];
+    verdict.textContent = verdictOf(why, ra, rb);
+    verdict.dataset.kind = why === null ? "same" : why.kind;
+    verdict.dataset.call = why && why.a !== null && why.a !== undefined ? String(why.a) : "";
+    add(notes, retryNotes(why, [ra, rb]));
+    if (why && why.kind === "params") {
+      notes.appendChild(h("table", { id: "param-diff" }, h("thead", null, h("tr", null, h("th", null, "parameter"), h("th", null, ra.id), h("th", null, rb.id))),
+        h("tbody", null, Object.entries(why.params).map(([k, [x, y]]) => h("tr", { "data-param": k }, h("td", null, h("code", null, k)), h("td", null, x === null ? "(not sent)" : x), h("td", null, y === null ? "(not sent)" : y))))));
+    }
+    if (!why) return;
+    for (const [r, pos] of [[ra, why.a], [rb, why.b]]) {
+      const col = h("div", { class: "col" }, h("h4", null, pos === null || pos === undefined ? r.id + ": no further call" : idLink(r.id, pos)));
       columns.appendChild(col);
+      if (pos === null || pos === undefined) continue;
       const payload = await blob("payloads", r.id);
       if (!payload) { col.appendChild(leftOutNote("This rollout's payloads")); continue; }
-      const call = payload.calls[k];
-      if (!call) { col.appendChild(h("p", { class: "muted" }, "no call #" + k + ": the rollout ended after " + payload.calls.length + " calls")); continue; }
-      const memo = new Map();
-      const whole = conversation(payload, k, memo);
-      const previous = k > 0 && payload.calls[k - 1] ? payload.calls[k - 1] : null;
-      col.appendChild(h("p", { class: "muted" }, whole.length + " messages; new since call #" + (call.parent === null ? dash : call.parent) + ":"));
-      col.appendChild(h("div", { class: "diverge" }, call.new.length ? call.new.map(messageView) : h("p", { class: "muted" }, "none")));
-      if (previous) col.appendChild(h("details", null, h("summary", null, "the answer of call #" + (k - 1)), previous.answer.map(messageView)));
+      const call = payload.calls[pos];
+      if (!call) continue;
+      const whole = conversation(payload, pos, new Map());
+      if (why.kind === "message") {
+        const m = whole[why.message];
+        col.appendChild(h("p", { class: "muted" }, "message #" + why.message + " of " + plural(whole.length, "message") + ":"));
+        col.appendChild(h("div", { class: "diverge" }, m === undefined ? h("p", { class: "muted" }, "none: the request ends before it") : messageView(m)));
+      } else if (why.kind === "answer") {
+        col.appendChild(h("div", { class: "diverge" }, call.answer.length ? call.answer.map(messageView) : h("p", { class: "muted" }, "no answer")));
+      } else if (why.kind === "params") {
+        col.appendChild(h("p", { class: "muted" }, "the same " + plural(whole.length, "message") + "; the parameters above differ"));
+      } else {
+        col.appendChild(h("p", { class: "muted" }, plural(whole.length, "message") + "; new since " + (call.parent === null ? "the start" : "call #" + call.parent) + ":"));
+        col.appendChild(h("div", { class: "diverge" }, call.new.length ? call.new.map(messageView) : h("p", { class: "muted" }, "none")));
+      }
     }
   }
 
@@ -670,10 +982,11 @@
     return routing;
   }
   async function render() {
-    const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    const { parts, params } = parseHash();
+    readFilters(params);
     if (parts[0] === "r" && parts[1]) await rolloutPage(parts[1], parts[2] !== undefined && parts[2] !== "" ? Number(parts[2]) : null);
     else if (parts[0] === "t" && parts[1] !== undefined) await groupPage(Number(parts[1]), Number(parts[2] || 0), Number(parts[3] || 1));
-    else home();
+    else { keysFor = null; home(); }
   }
 
   async function poll() {
@@ -682,7 +995,7 @@
       document.getElementById("live").textContent = "live · " + summary.run.rollouts + " rollouts · checked " + new Date().toLocaleTimeString();
       if (summary.revision !== state.revision) {
         state.revision = summary.revision;
-        const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+        const { parts } = parseHash();
         const before = parts[0] === "r" ? state.rowById.get(parts[1]) : null;
         useSummary(summary);
         const after = before ? state.rowById.get(parts[1]) : null;
