@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -11,6 +12,11 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, Route, sync_playwright
 
 from tests.report._evaluation import run_evaluation
+from tests.report._runs import calculator_run, variants_run
+
+# Where the screenshots that the README links to are kept (``make screenshots``): each test's
+# screenshots go to its tmp directory, and there too when this is set.
+KEEP_SCREENSHOTS = "ROLLCAP_SCREENSHOTS"
 
 
 @pytest.fixture(scope="session")
@@ -18,6 +24,22 @@ def evaluation_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An ``eval submit``-style job directory (see ``_evaluation``); tests must not change it."""
     job_dir = tmp_path_factory.mktemp("evaluation") / "job"
     run_evaluation(job_dir)
+    return job_dir
+
+
+@pytest.fixture(scope="session")
+def calculator_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The calculator run of ``_runs``; tests must not change it."""
+    job_dir = tmp_path_factory.mktemp("calculator") / "job"
+    calculator_run(job_dir)
+    return job_dir
+
+
+@pytest.fixture(scope="session")
+def variants_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The variants run of ``_runs``; tests must not change it."""
+    job_dir = tmp_path_factory.mktemp("variants") / "job"
+    variants_run(job_dir)
     return job_dir
 
 
@@ -90,8 +112,14 @@ class Watched:
         self.page.goto(url)
         self.page.wait_for_selector("html[data-ready='1']")
 
-    def shot(self, name: str) -> None:
-        self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
+    def shot(self, name: str, *, keep: bool = False) -> None:
+        """A full-page screenshot; ``keep``: also into ``$ROLLCAP_SCREENSHOTS`` when set."""
+        path = self.shots / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        kept = os.environ.get(KEEP_SCREENSHOTS)
+        if keep and kept:
+            Path(kept).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, Path(kept) / path.name)
 
 
 @pytest.fixture
