@@ -1,4 +1,4 @@
-"""Parents, deltas and divergence of captured calls, read in the canonical conversation form."""
+"""Parents and deltas of captured calls, read in the canonical conversation form."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import pytest
 from rollcap.report._delta import (
     answer_messages,
     canonical_call,
-    divergence,
-    divergence_matrix,
     request_messages,
     thread_calls,
 )
@@ -196,20 +194,6 @@ def test_anthropic_turns_thread_through_tool_use_and_tool_result() -> None:
     thread = thread_calls([first, second])[1]
     assert (thread.parent, thread.keep) == (0, 2)
     assert thread.new == [{"role": "tool", "tool_call_id": "t1", "content": "Paris"}]
-
-
-def test_divergence_is_the_first_call_whose_request_differs() -> None:
-    a = [b"1", b"2", b"3"]
-    assert divergence(a, a) is None
-    assert divergence(a, [b"1", b"2", b"x"]) == 2
-    assert divergence(a, [b"1"]) == 1
-    assert divergence([], a) == 0
-    assert divergence_matrix([a, [b"1", b"x"], a]) == [
-        [None, 1, None],
-        [1, None, 1],
-        [None, 1, None],
-    ]
-    assert divergence_matrix([a, a, a], max_rows=1) == [[None, None, None]]
 
 
 def test_signatures_tell_requests_apart_by_messages_and_parameters() -> None:

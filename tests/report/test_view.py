@@ -139,3 +139,25 @@ def test_the_index_reads_only_files_that_changed_and_keeps_no_payload(
     assert reads == ["0-1"]
     assert all(digest.payload is None for _, digest in index._digests.values())
     index.close()
+
+
+async def test_search_and_divergence_are_asked_of_the_server(
+    served: tuple[str, aiohttp.ClientSession],
+) -> None:
+    url, session = served
+    status, found = await get(session, url + "/api/search", params={"q": "Are you SURE"})
+    assert (status, found) == (200, {"q": "Are you SURE", "ids": ["0-0"]})
+    status, found = await get(session, url + "/api/search", params={"q": "capital france"})
+    assert sorted(found["ids"]) == ["0-0", "0-1", "1-0", "3-0"]  # the lines' task (not 2-0's)
+    status, everything = await get(session, url + "/api/search")
+    assert everything["ids"] == list(EXPECTED_CALLS)
+    status, why = await get(session, url + "/api/diverge/0-0/0-1")
+    assert status == 200
+    assert (why["kind"], why["a"], why["b"], why["role_a"]) == ("message", 2, 2, "user")
+    status, same = await get(session, url + "/api/diverge/0-0/0-0")
+    assert (status, same) == (200, None)
+    status, error = await get(session, url + "/api/diverge/0-0/9-9")
+    assert status == 404
+    assert error == {"error": "no rollout 0-0 or 9-9"}
+    status, error = await get(session, url + "/api/diverge/0-0/..%2Fx")
+    assert status in (400, 404)

@@ -4,7 +4,8 @@
 directory, found by ``find_run``) into one self-contained HTML file that opens offline;
 ``create_view_app`` serves the same page over a small JSON API that reads the files lazily.
 The data model underneath (summary columns, per-call deltas, task-group divergence) is pure:
-``digest_rollout``, ``build_summary``, ``thread_calls``, ``divergence``.
+``digest_rollout``, ``build_summary``, ``thread_calls``, ``divergence``, and ``explain``, which
+names what first differs between two rollouts of a task.
 
 ``export_otel(directory, rollouts=..., content=...)`` sends one trace per rollout attempt over
 OTLP/HTTP (the ``otel`` extra: ``pip install 'rollcap[otel]'``; without it ``OtelUnavailable``)
@@ -18,9 +19,9 @@ from rollcap.report._delta import (
     CallThread,
     CanonicalCall,
     canonical_call,
-    divergence,
     thread_calls,
 )
+from rollcap.report._diverge import divergence, explain
 from rollcap.report._embed import REPORT_CSP, VIEW_CSP, pack, script_json, unpack
 from rollcap.report._model import (
     RolloutDigest,
@@ -77,6 +78,7 @@ __all__ = [
     "create_view_app",
     "digest_rollout",
     "divergence",
+    "explain",
     "export_otel",
     "find_run",
     "pack",

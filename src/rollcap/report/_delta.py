@@ -10,8 +10,7 @@ JSON key order do not count), whatever dialect the client spoke:
   has the failed call as its parent, with nothing new;
 - its *delta* is the messages after that prefix, ``keep`` being the prefix's length.
 
-Two rollouts of one task *diverge* at the first call whose request differs between them (same
-canonical messages, same other request fields), or at the end of the shorter one.
+Where two rollouts of one task part is ``_diverge``'s: it compares the calls' ``signature``.
 """
 
 from __future__ import annotations
@@ -37,8 +36,6 @@ __all__ = [
     "CanonicalCall",
     "answer_messages",
     "canonical_call",
-    "divergence",
-    "divergence_matrix",
     "request_messages",
     "thread_calls",
 ]
@@ -250,25 +247,3 @@ def thread_calls(calls: Sequence[CanonicalCall]) -> list[CallThread]:
             for extra, fingerprint in enumerate(call.answer_fingerprints, start=1):
                 ends[fingerprint] = (position, len(prints) + extra)
     return out
-
-
-def divergence(a: Sequence[bytes], b: Sequence[bytes]) -> int | None:
-    """The first call index whose request differs between two rollouts' call signatures.
-
-    ``None`` when both made the same requests; the shorter one's length when one stopped early.
-    """
-    for index, (left, right) in enumerate(zip(a, b, strict=False)):
-        if left != right:
-            return index
-    if len(a) == len(b):
-        return None
-    return min(len(a), len(b))
-
-
-def divergence_matrix(
-    signatures: Sequence[Sequence[bytes]], *, max_rows: int | None = None
-) -> list[list[int | None]]:
-    """``divergence`` of every pair, row by row; only the first ``max_rows`` rows when given
-    (row 0 compares every rollout with the first)."""
-    rows = len(signatures) if max_rows is None else min(max_rows, len(signatures))
-    return [[divergence(signatures[i], other) for other in signatures] for i in range(rows)]

@@ -33,6 +33,7 @@ __all__ = [
     "CallShape",
     "Retry",
     "align",
+    "divergence",
     "divergence_at",
     "explain",
     "group_pairs",
@@ -112,13 +113,18 @@ def align(shapes: Sequence[CallShape]) -> tuple[list[CallShape], list[Retry]]:
     return kept, retries
 
 
-def divergence_at(a: Sequence[CallShape], b: Sequence[CallShape]) -> int | None:
-    """The first aligned step whose requests differ (``len`` of the shorter when one stopped
-    early); ``None`` when both made the same requests."""
-    for step, (left, right) in enumerate(zip(a, b, strict=False)):
-        if left.signature != right.signature:
-            return step
+def divergence(a: Sequence[bytes], b: Sequence[bytes]) -> int | None:
+    """The first index whose request signatures differ (the shorter one's length when one
+    stopped early); ``None`` when both made the same requests."""
+    for index, (left, right) in enumerate(zip(a, b, strict=False)):
+        if left != right:
+            return index
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def divergence_at(a: Sequence[CallShape], b: Sequence[CallShape]) -> int | None:
+    """``divergence`` of two rollouts' aligned calls."""
+    return divergence([s.signature for s in a], [s.signature for s in b])
 
 
 def _value(params: Mapping[str, Any], key: str) -> Any:

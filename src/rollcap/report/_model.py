@@ -27,8 +27,8 @@ from rollcap.records import (
     Gap,
     ModelCallRecord,
 )
-from rollcap.report._delta import CanonicalCall, canonical_call, divergence, thread_calls
-from rollcap.report._diverge import CallShape, align, group_pairs, shape_calls
+from rollcap.report._delta import CanonicalCall, canonical_call, thread_calls
+from rollcap.report._diverge import CallShape, align, divergence, group_pairs, shape_calls
 from rollcap.report._facts import facts_text, line_facts, message_text
 
 __all__ = [
