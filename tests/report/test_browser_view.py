@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from playwright.sync_api import expect
+
 from rollcap._runtime.serving import serving_in_thread
 from rollcap.report import create_view_app, find_run
 from tests.report._evaluation import EXPECTED_CALLS, evaluation_servers
@@ -35,7 +37,13 @@ def test_the_served_page_shows_a_rollout_that_lands_while_it_is_open(
         assert detail.locator("#raw pre").first.inner_text().startswith("data: ")
         page.goto(url + "/#/t/0")
         page.select_option("#pick-b", "2")
-        page.wait_for_selector("#divergence[data-call='2']")
+        # Explained by the server: the follow-up question is what differs.
+        page.wait_for_selector("#divergence[data-call='2'][data-kind='message']")
+        # The search asks the server, which has the new rollout's texts too.
+        page.goto(url + "/#/?q=once%20more%20lookup_capital")
+        expect(page.locator("#rollouts tbody tr")).to_have_count(1)
+        assert page.locator("#rollouts tbody tr").get_attribute("data-rollout") == "0-2"
+        assert page.locator("#search").input_value() == "once more lookup_capital"
         page.goto(url + "/#/r/3-0")
         page.locator("#token-view .tokens span").first.wait_for()
         assert page.locator("#token-verdict .tag.ok").inner_text() == "trainable"
