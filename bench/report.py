@@ -34,6 +34,7 @@ from rollcap.store import CaptureStore
 CHROMIUM = "/usr/bin/chromium"
 ROUNDS = 3
 REPEATS = 8
+SEARCHED = "kilo"  # + the rollout's number: a word of one rollout's final answer
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india")
 TOOLS = [
     {
@@ -64,7 +65,10 @@ def _sse(text: str) -> str:
     return "".join(f"data: {e.decode()}\n\n" for e in events) + "data: [DONE]\n\n"
 
 
-def _rollout(task: int, index: int, calls: int, start: float) -> list[dict[str, Any]]:
+def _rollout(
+    task: int, index: int, calls: int, start: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rollout's records, and its timed tool runs (``ng_trajectory.tool_calls``)."""
     shared = random.Random(task)  # what every repeat of the task sees until it parts
     own = random.Random(task * 1000 + index + 1)
     parts_at = own.randrange(1, calls)
@@ -73,6 +77,7 @@ def _rollout(task: int, index: int, calls: int, start: float) -> list[dict[str, 
         {"role": "user", "content": f"Task {task}: " + _filler(shared, 25)},
     ]
     records: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     clock = start
     rate_limited = own.random() < 0.02
     for k in range(calls):
@@ -150,10 +155,19 @@ def _rollout(task: int, index: int, calls: int, start: float) -> list[dict[str, 
                 response_raw=_sse(text) if streamed else None,
             ).to_json()
         )
-        clock += latency / 1000 + rng.uniform(0.05, 0.5)
+        done = clock + latency / 1000
+        clock = done + rng.uniform(0.05, 0.5)
         messages.append(message)
-        messages.append({"role": "tool", "tool_call_id": f"call_{k}", "content": _filler(rng, 30)})
-    return records
+        if last:
+            break
+        result = _filler(rng, 30)
+        messages.append({"role": "tool", "tool_call_id": f"call_{k}", "content": result})
+        runs.append(
+            {"tool_call_id": f"call_{k}", "tool_name": "search", "started_at": done + 0.01,
+             "completed_at": clock - 0.01, "duration_ms": (clock - done - 0.02) * 1000,
+             "timing_source": "executor", "status": "completed", "output": result}
+        )  # fmt: skip
+    return records, runs
 
 
 def write_run(job: Path, rollouts: int, calls: int) -> None:
@@ -162,9 +176,15 @@ def write_run(job: Path, rollouts: int, calls: int) -> None:
     for r in range(rollouts):
         task, index = divmod(r, REPEATS)
         rollout_id = f"{task}-{index}"
-        store.append_many([(rollout_id, rec) for rec in _rollout(task, index, calls, 1.8e9 + r)])
-        line = {"rollout_id": rollout_id, "_ng_task_index": task, "_ng_rollout_index": index,
-                "_ng_attempt_index": 0, "reward": float(r % 3 == 0)}  # fmt: skip
+        records, runs = _rollout(task, index, calls, 1.8e9 + r)
+        store.append_many([(rollout_id, rec) for rec in records])
+        # A collected line's shape: the task, the ids, the graded answer, the trajectory.
+        line = {"responses_create_params": {"input": [{"role": "user", "content": f"Task {task}"}]},
+                "expected_answer": f"answer {task}",
+                "_ng_task_index": task, "_ng_rollout_index": index, "_ng_attempt_index": 0,
+                "rollout_id": rollout_id, "response": {"text": f"final answer {SEARCHED}{r}"},
+                "reward": float(r % 3 == 0), "extracted_answer": f"answer {r % 7}",
+                "resolved": r % 3 == 0, "ng_trajectory": {"tool_calls": runs}}  # fmt: skip
         lines.append(orjson.dumps(line))
     store.close()
     (job / "rollouts.jsonl").write_bytes(b"\n".join(lines) + b"\n")
@@ -181,6 +201,21 @@ def _open_call_ms(page: Page, url: str, rollout_id: str, position: int) -> float
     start = time.perf_counter()
     page.goto(f"{url}#/r/{rollout_id}/{position}")
     page.wait_for_selector(f"#call-detail[data-call='{position}']", timeout=60_000)
+    return (time.perf_counter() - start) * 1000
+
+
+def _transcript_ms(page: Page, url: str, rollout_id: str, calls: int) -> float:
+    start = time.perf_counter()
+    page.goto(f"{url}#/r/{rollout_id}")
+    page.wait_for_selector(f"#turn-{calls - 1}", timeout=60_000)
+    return (time.perf_counter() - start) * 1000
+
+
+def _search_ms(page: Page, url: str, word: str) -> float:
+    """From the query in the URL to the list of the one rollout that holds the word."""
+    start = time.perf_counter()
+    page.goto(f"{url}#/?q={word}")
+    page.wait_for_selector("#rollouts tbody tr:only-child", timeout=60_000)
     return (time.perf_counter() - start) * 1000
 
 
@@ -218,7 +253,9 @@ def main() -> None:
         print(f"report, budget 0 (summary only): {lean_stats.size / 1e6:.2f} MB; "
               f"baseline: the summary as plain JSON {summary_json / 1e6:.2f} MB")  # fmt: skip
 
-        times: dict[str, list[float]] = {"empty": [], "full": [], "lean": [], "call": []}
+        times: dict[str, list[float]] = {
+            "empty": [], "full": [], "lean": [], "call": [], "transcript": [], "search": []
+        }  # fmt: skip
         with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
             browser = p.chromium.launch_persistent_context(
                 profile,
@@ -234,15 +271,24 @@ def main() -> None:
                     tab = browser.new_page()
                     times[name].append(_ready_ms(tab, path.as_uri()))
                     if name == "full":
-                        times["call"].append(
-                            _open_call_ms(tab, path.as_uri(), picked, args.calls - 1)
-                        )
+                        url = path.as_uri()
+                        times["call"].append(_open_call_ms(tab, url, picked, args.calls - 1))
+                        times["transcript"].append(_transcript_ms(tab, url, picked, args.calls))
                     tab.close()
+                    if name == "full":
+                        # A fresh page: the first search decodes the texts.
+                        tab = browser.new_page()
+                        _ready_ms(tab, path.as_uri())
+                        word = f"{SEARCHED}{args.rollouts - 1}"
+                        times["search"].append(_search_ms(tab, path.as_uri(), word))
+                        tab.close()
             browser.close()
         med = {name: statistics.median(values) for name, values in times.items()}
         print(f"ready in Chromium (median of {ROUNDS}): empty report {med['empty']:.0f} ms "
               f"(baseline), full {med['full']:.0f} ms, summary only {med['lean']:.0f} ms; "
-              f"opening the last call of a rollout {med['call']:.0f} ms")  # fmt: skip
+              f"opening the last call of a rollout {med['call']:.0f} ms; "
+              f"its whole transcript {med['transcript']:.0f} ms; "
+              f"a full-text search's first answer {med['search']:.0f} ms")  # fmt: skip
 
 
 def _data(page: str) -> dict[str, Any]:
