@@ -8,10 +8,10 @@ from rollcap.report._delta import CanonicalCall, canonical_call
 from rollcap.report._diverge import (
     PAIR_ROWS,
     CallShape,
+    GroupPairs,
     align,
     divergence,
     explain,
-    group_pairs,
     shape_calls,
 )
 
@@ -125,13 +125,22 @@ def test_an_unreadable_request_differs_as_a_request() -> None:
     assert why["kind"] == "request"
 
 
-def test_group_pairs_explain_every_pair_of_a_small_group_and_the_first_of_a_large_one() -> None:
+def _pairs(rollouts: list[list[CallShape]]) -> dict[str, Any]:
+    group = GroupPairs()
+    for shapes in rollouts:
+        group.add(shapes)
+    return group.pairs
+
+
+def test_group_pairs_explain_the_first_rows_pairs_and_the_first_rollouts() -> None:
     one = _rollout(([USER], ANSWER, {}, OK))
     two = _rollout(([USER], ANSWER, {"stream": True}, OK))
-    pairs = group_pairs([one, two, one])
+    pairs = _pairs([one, two, one])
     assert set(pairs) == {"0-1", "0-2", "1-2"}
     assert pairs["0-2"] is None
     assert pairs["1-2"] is not None
     assert pairs["1-2"]["kind"] == "params"
-    large = group_pairs([one] * (PAIR_ROWS + 1))
-    assert set(large) == {f"0-{j}" for j in range(1, PAIR_ROWS + 1)}
+    large = _pairs([one] * (PAIR_ROWS + 2))
+    first_rows = {f"{i}-{j}" for j in range(PAIR_ROWS) for i in range(j)}
+    later = {f"0-{j}" for j in (PAIR_ROWS, PAIR_ROWS + 1)}
+    assert set(large) == first_rows | later

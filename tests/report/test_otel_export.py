@@ -562,7 +562,7 @@ def test_empty_directory_and_bad_input(
     assert not (tmp_path / RUN_KEY_FILE).exists()
 
     assert main(["capture", "export-otel", str(tmp_path / "missing")]) == 1
-    assert "no capture directory" in capsys.readouterr().err
+    assert "no such capture directory" in capsys.readouterr().err
 
     store = CaptureStore(tmp_path)
     (tmp_path / RUN_KEY_FILE).write_text("not a uuid\n")

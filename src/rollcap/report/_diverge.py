@@ -31,16 +31,16 @@ __all__ = [
     "PAIR_ROWS",
     "VALUE_MAX",
     "CallShape",
+    "GroupPairs",
     "Retry",
     "align",
     "divergence",
     "divergence_at",
     "explain",
-    "group_pairs",
     "shape_calls",
 ]
 
-# Groups up to this size get every pair explained; larger ones the first rollout's pairs only.
+# Every pair among a group's first PAIR_ROWS rollouts is explained; the later ones' with the first.
 PAIR_ROWS = 16
 VALUE_MAX = 200
 
@@ -51,8 +51,9 @@ class CallShape:
 
     position: int
     signature: bytes
-    prints: tuple[bytes, ...]
-    roles: tuple[str, ...]
+    prints: Sequence[bytes]
+    # The canonical messages (shared, not copied): only the differing one's role is ever read.
+    messages: Sequence[Any]
     answer: bytes | None
     params: Mapping[str, Any]
     readable: bool
@@ -80,15 +81,12 @@ def shape_calls(
     """Each call's shape; ``outcomes`` are the calls' (error category, HTTP status)."""
     out: list[CallShape] = []
     for position, (call, (error, status)) in enumerate(zip(calls, outcomes, strict=True)):
-        roles = tuple(
-            str(m.get("role", "?")) if isinstance(m, Mapping) else "?" for m in call.messages or ()
-        )
         out.append(
             CallShape(
                 position=position,
                 signature=call.signature,
-                prints=tuple(call.request_fingerprints),
-                roles=roles,
+                prints=call.request_fingerprints,
+                messages=call.messages or (),
                 answer=call.answer_fingerprints[-1] if call.answer_fingerprints else None,
                 params=call.params,
                 readable=call.request_error is None,
@@ -141,6 +139,13 @@ def _first_difference(left: Sequence[bytes], right: Sequence[bytes]) -> int | No
     return None if len(left) == len(right) else min(len(left), len(right))
 
 
+def _role(messages: Sequence[Any], index: int) -> str | None:
+    if index >= len(messages):
+        return None
+    message = messages[index]
+    return str(message.get("role", "?")) if isinstance(message, Mapping) else "?"
+
+
 def explain(a: Sequence[CallShape], b: Sequence[CallShape]) -> dict[str, Any] | None:
     """What first differs between two rollouts' calls (the module doc), or ``None``."""
     kept_a, retries_a = align(a)
@@ -174,8 +179,7 @@ def explain(a: Sequence[CallShape], b: Sequence[CallShape]) -> dict[str, Any] | 
         return out
     index = _first_difference(left.prints, right.prints)
     if index is not None:
-        role_a = left.roles[index] if index < len(left.roles) else None
-        role_b = right.roles[index] if index < len(right.roles) else None
+        role_a, role_b = _role(left.messages, index), _role(right.messages, index)
         out.update(kind="message", message=index, role_a=role_a, role_b=role_b)
         if step > 0 and "assistant" in (role_a, role_b):
             before_a, before_b = kept_a[step - 1], kept_b[step - 1]
@@ -195,12 +199,21 @@ def explain(a: Sequence[CallShape], b: Sequence[CallShape]) -> dict[str, Any] | 
     return out
 
 
-def group_pairs(rollouts: Sequence[Sequence[CallShape]]) -> dict[str, dict[str, Any] | None]:
-    """``explain`` of the pairs ``"i-j"`` (``i < j``) of one task group: every pair of a group
-    of up to ``PAIR_ROWS``, else the first rollout's."""
-    rows = len(rollouts) if len(rollouts) <= PAIR_ROWS else 1
-    return {
-        f"{i}-{j}": explain(rollouts[i], rollouts[j])
-        for i in range(rows)
-        for j in range(i + 1, len(rollouts))
-    }
+class GroupPairs:
+    """The explained pairs ``"i-j"`` (``i < j``) of one task group, its rollouts given one at a
+    time: every pair among the first ``PAIR_ROWS`` rollouts, and the first rollout's with each
+    later one. Only the first ``PAIR_ROWS`` rollouts' shapes are kept."""
+
+    def __init__(self) -> None:
+        self.pairs: dict[str, dict[str, Any] | None] = {}
+        self._kept: list[Sequence[CallShape]] = []
+        self._count = 0
+
+    def add(self, shapes: Sequence[CallShape]) -> None:
+        j = self._count
+        earlier = self._kept if j < PAIR_ROWS else self._kept[:1]
+        for i, other in enumerate(earlier):
+            self.pairs[f"{i}-{j}"] = explain(other, shapes)
+        if j < PAIR_ROWS:
+            self._kept.append(shapes)
+        self._count += 1

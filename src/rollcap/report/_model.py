@@ -28,7 +28,7 @@ from rollcap.records import (
     ModelCallRecord,
 )
 from rollcap.report._delta import CanonicalCall, canonical_call, thread_calls
-from rollcap.report._diverge import CallShape, align, divergence, group_pairs, shape_calls
+from rollcap.report._diverge import CallShape, align, divergence, shape_calls
 from rollcap.report._facts import facts_text, line_facts, message_text
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
     "rollout_line_info",
     "search_text",
     "task_of",
-    "task_pairs",
 ]
 
 SUMMARY_SCHEMA = 2
@@ -467,7 +466,7 @@ def build_summary(
     Rollouts keep the order given; their calls follow one another in the call columns, as many
     as each rollout's ``calls``. ``notes`` are problems of the run as a whole (an unreadable
     line of the rollouts file, a file name that is no rollout id). ``pairs`` are the task
-    groups' explained divergences (``group_pairs``, by task), kept in their groups.
+    groups' explained divergences (``GroupPairs.pairs``, by task), kept in their groups.
     """
     errors, finishes = _Table(), _Table()
     rollouts: dict[str, list[Any]] = {name: [] for name in ROLLOUT_COLUMNS}
@@ -556,8 +555,3 @@ def _groups(
             group["pairs"] = dict(pairs[task])
         out.append(group)
     return out
-
-
-def task_pairs(digests: Sequence[RolloutDigest]) -> dict[str, dict[str, Any] | None]:
-    """``group_pairs`` of one task group's full digests (built with their payloads)."""
-    return group_pairs([d.shapes or [] for d in digests])

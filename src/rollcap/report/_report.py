@@ -9,7 +9,6 @@ room. Whatever does not fit is left to the served view, and the page says so.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass
@@ -18,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from rollcap.report._budget import DEFAULT_PAYLOAD_BUDGET, Budget
+from rollcap.report._diverge import GroupPairs
 from rollcap.report._embed import REPORT_CSP, pack, render_page
-from rollcap.report._model import RolloutDigest, build_summary, digest_rollout, task_pairs
+from rollcap.report._model import RolloutDigest, build_summary, digest_rollout
 from rollcap.report._source import (
     RunFiles,
     read_rollout,
@@ -81,24 +81,19 @@ def build_report(
     digests: list[RolloutDigest] = []
     blobs: dict[str, dict[str, str]] = {"payloads": {}, "tokens": {}, "raw": {}}
     left_out = {"payloads": 0, "tokens": 0, "raw": 0}
-    # A task's rollouts come one after another: its divergences are explained when the next
-    # task starts, so only one group's call shapes are held at a time.
+    # A task's rollouts come one after another: each is compared as it comes with the ones of
+    # its task that GroupPairs keeps, so memory holds a few rollouts' calls, not a group's.
     pairs: dict[int, dict[str, Any]] = {}
-    group: list[RolloutDigest] = []
-
-    def close_group() -> None:
-        if len(group) > 1 and group[0].row["task"] is not None:
-            pairs[group[0].row["task"]] = task_pairs(group)
-        group.clear()
-
+    task: int | None = None
+    group = GroupPairs()
     for rollout_id in rollout_order(set(ids) | set(lines), lines):
         full = digest_rollout(read_rollout(store, rollout_id, lines.get(rollout_id)))
-        if group and group[0].row["task"] != full.row["task"]:
-            close_group()
-        digests.append(full.lean())
-        group.append(
-            dataclasses.replace(digests[-1], shapes=full.shapes)
-        )  # the summary keeps no payload
+        digests.append(full.lean())  # the summary keeps no payload
+        if full.row["task"] is not None:
+            if full.row["task"] != task:
+                task, group = full.row["task"], GroupPairs()
+                pairs[task] = group.pairs
+            group.add(full.shapes or [])
         wanted: list[tuple[str, Any, bool]] = [("payloads", full.payload, False)]
         if run.staging_dir is not None:
             tokens = read_tokens(run.staging_dir, rollout_id, ledger_dir=run.ledger_root)
@@ -116,7 +111,6 @@ def build_report(
             for dropped_kind, dropped_id in budget.evicted():
                 del blobs[dropped_kind][dropped_id]
                 left_out[dropped_kind] += 1
-    close_group()
     store.close()
     summary = build_summary(digests, source=run.describe(), notes=notes, pairs=pairs)
     data = {
