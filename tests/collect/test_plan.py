@@ -9,6 +9,7 @@ import pytest
 
 from rollcap.collect import (
     InputError,
+    RequestParams,
     ResumeState,
     aggregate_metrics_path,
     count_tasks,
@@ -120,3 +121,58 @@ def test_the_journal_is_resume_s_authority_over_a_stale_listing() -> None:
     ]
     # Without the journal, the stale listing alone would hand out attempt 1 again.
     assert ResumeState.from_files([], [], stale_listing).next_attempt((5, 0)) == 1
+
+
+def test_request_params_merge_over_the_task_and_seed_each_rollout() -> None:
+    task = {"responses_create_params": {"input": "q", "temperature": 0.0, "seed": 99}, "x": 1}
+    params = RequestParams({"temperature": 0.7, "max_output_tokens": 16}, rollout_seed=5)
+    plan = list(plan_rollouts([task], num_repeats=3, params=params))
+    assert [r.task["responses_create_params"] for r in plan] == [
+        {"input": "q", "temperature": 0.7, "max_output_tokens": 16, "seed": seed}
+        for seed in (5, 6, 7)  # the run's seed wins over the task's
+    ]
+    assert all(r.task["x"] == 1 for r in plan)
+    assert plan[1].run_body()["responses_create_params"]["seed"] == 6
+    # The input's task is shared by the repeats and left as it was read.
+    assert task == {
+        "responses_create_params": {"input": "q", "temperature": 0.0, "seed": 99},
+        "x": 1,
+    }
+
+
+def test_request_params_replace_a_key_whole_and_leave_other_tasks_alone() -> None:
+    params = RequestParams({"text": {"format": {"type": "text"}}})
+    task = {"responses_create_params": {"input": "q", "text": {"verbosity": "low"}}}
+    assert params.apply(task, 0) == {
+        "responses_create_params": {"input": "q", "text": {"format": {"type": "text"}}}
+    }
+    # A task whose agent reads other fields, or a malformed one its agent will refuse: as it is.
+    for other in ({"question": "q"}, {"responses_create_params": "q"}):
+        assert params.apply(other, 0) is other
+    # Without overrides or a seed every repeat is the input's task itself.
+    plain = {"responses_create_params": {"input": "q"}}
+    assert RequestParams().empty
+    assert all(r.task is plain for r in plan_rollouts([plain], 2, params=RequestParams()))
+
+
+def test_request_params_keep_their_own_copy_and_refuse_a_bad_seed() -> None:
+    overrides = {"temperature": 0.5}
+    params = RequestParams(overrides)
+    overrides["temperature"] = 2.0
+    assert params.apply({"responses_create_params": {}}, 0) == {
+        "responses_create_params": {"temperature": 0.5}
+    }
+    for seed in (-1, True, 1.5, "1"):
+        with pytest.raises(ValueError, match="rollout_seed must be an integer >= 0"):
+            RequestParams(rollout_seed=seed)  # type: ignore[arg-type]
+
+
+def test_a_retried_attempt_sends_its_rollout_s_seed_again() -> None:
+    # A rerun must reproduce a rollout: the seed follows (task, rollout), never the attempt id.
+    state = ResumeState.from_files([_line(0, 0)], [_line(0, 1)])
+    task = {"responses_create_params": {"input": "q"}}
+    plan = list(plan_rollouts([task], 3, state, RequestParams(rollout_seed=10)))
+    assert [(r.rollout_id, r.task["responses_create_params"]["seed"]) for r in plan] == [
+        ("0-1-a1", 11),
+        ("0-2", 12),
+    ]

@@ -103,3 +103,18 @@ def test_a_missing_capture_directory_changes_nothing(
     assert "capture directory" in capsys.readouterr().err
     assert rollouts.read_bytes() == b'{"_ng_task_index": 0, "_ng_rollout_index": 0}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
+
+
+def test_a_missing_rollouts_file_or_output_directory_is_named_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    capture = tmp_path / "model-calls"
+    capture.mkdir()
+    with pytest.raises(FileNotFoundError, match=r"absent\.jsonl: no such rollouts file"):
+        reattach(tmp_path / "absent.jsonl", [capture])
+    rollouts = tmp_path / "r.jsonl"
+    rollouts.write_bytes(b'{"_ng_task_index": 0, "_ng_rollout_index": 0}\n')
+    elsewhere = tmp_path / "absent" / "out.jsonl"
+    with pytest.raises(FileNotFoundError, match=r"absent: no such directory for the output"):
+        reattach(rollouts, [capture], elsewhere)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model-calls", "r.jsonl"]

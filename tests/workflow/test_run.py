@@ -4,6 +4,9 @@ import io
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
+import pytest
+
 from rollcap.collect import CollectionSummary
 from rollcap.workflow import Progress, format_summary
 
@@ -80,3 +83,67 @@ def test_the_summary_says_how_many_rollouts_were_lost_and_what_to_do(tmp_path: P
     assert "LOST: 3 rollout(s)" in text
     assert "--resume" in text
     assert "LOST" not in format_summary(replace(summary, lost=0), None)
+
+
+async def test_a_run_s_request_params_reach_the_model_and_its_lines(tmp_path: Path) -> None:
+    from rollcap.config import load_config
+    from rollcap.gym import example_data_path
+    from rollcap.testing import FakeUpstream
+    from rollcap.workflow import EvalRequest, run_eval
+    from tests.conftest import SECRETS
+
+    output = tmp_path / "out.jsonl"
+    async with FakeUpstream(api_key=SECRETS[0]) as upstream:
+        config = load_config(
+            overrides=[
+                f"++policy_base_url={upstream.url}/v1",
+                f"++policy_api_key={SECRETS[0]}",
+                "++responses_create_params.temperature=0.7",
+                "++rollout_seed=40",
+            ],
+            env_file=None,
+        )
+        request = EvalRequest(
+            agent="mcqa_simple_agent",
+            input_path=example_data_path("mcqa"),
+            output_path=output,
+            limit=2,
+            num_repeats=3,
+            model_type="openai_model",
+            head_port=0,
+        )
+        await run_eval(request, config)
+    sent = sorted(
+        (r.json["input"][0]["content"][:20], r.json["seed"], r.json["temperature"])
+        for r in upstream.requests
+        if r.path.endswith("/responses")
+    )
+    questions = sorted({question for question, _, _ in sent})
+    assert len(questions) == 2
+    assert sent == [(q, seed, 0.7) for q in questions for seed in (40, 41, 42)]
+    lines = [orjson.loads(line) for line in output.read_bytes().splitlines()]
+    assert [(line["rollout_id"], line["responses_create_params"]["seed"]) for line in lines] == [
+        ("0-0", 40),
+        ("0-1", 41),
+        ("0-2", 42),
+        ("1-0", 40),
+        ("1-1", 41),
+        ("1-2", 42),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("++responses_create_params=0.7", "responses_create_params must be a mapping"),
+        ("++rollout_seed=-1", "rollout_seed must be an integer >= 0"),
+        ("++rollout_seed=one", "rollout_seed must be an integer >= 0"),
+    ],
+)
+def test_bad_request_params_are_a_config_error_naming_the_key(override: str, message: str) -> None:
+    from rollcap.config import ConfigError, load_config
+    from rollcap.workflow._run import request_params
+
+    with pytest.raises(ConfigError, match=message):
+        request_params(load_config(overrides=[override], env_file=None))
+    assert request_params(load_config(env_file=None)).empty

@@ -1,7 +1,8 @@
 """Rollout collection: run every task of an input file against an agent server.
 
 ``collect`` is the I/O shell; the modules it drives are usable on their own: planning and
-resume bookkeeping (``plan_rollouts``, ``ResumeState``), the output and failure lines
+resume bookkeeping (``plan_rollouts``, ``ResumeState``, and ``RequestParams``, what a run sets
+in each rollout's Responses parameters), the output and failure lines
 (``rollout_line``, which attaches the rollout's evidence, and ``failure_line``), the
 aggregate metrics (``MetricsAccumulator``, ``AggregateMetrics``), the dispatch journal
 (``DispatchJournal``), resume's record of the attempts that ran, and ``reattach``, which
@@ -25,7 +26,9 @@ from rollcap.collect._lines import (
     rollout_line,
 )
 from rollcap.collect._plan import (
+    PARAMS_KEY,
     InputError,
+    RequestParams,
     ResumeState,
     Rollout,
     aggregate_metrics_path,
@@ -47,6 +50,7 @@ from rollcap.collect._runner import (
 )
 
 __all__ = [
+    "PARAMS_KEY",
     "AgentAnswerError",
     "AgentCall",
     "AggregateMetrics",
@@ -57,6 +61,7 @@ __all__ = [
     "MetricsAccumulator",
     "ProgressCallback",
     "ReattachSummary",
+    "RequestParams",
     "ResumeState",
     "Rollout",
     "RolloutOutcome",

@@ -2,7 +2,8 @@
 
 The input is read as an iterator of lines and never held whole: a task is one JSON object per
 line, blank lines are skipped and do not count, and the task index is the position among the
-kept lines. Each task becomes ``num_repeats`` rollouts.
+kept lines. Each task becomes ``num_repeats`` rollouts; ``RequestParams`` sets what the run
+says about each rollout's ``responses_create_params`` (sampling overrides, a per-rollout seed).
 
 Resume bookkeeping counts attempts. A (task, rollout) pair is finished once the output holds a
 line for it. Every other pair runs again with attempt index = attempts so far, where an attempt
@@ -24,6 +25,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -36,7 +38,9 @@ from rollcap.ids import (
 )
 
 __all__ = [
+    "PARAMS_KEY",
     "InputError",
+    "RequestParams",
     "ResumeState",
     "Rollout",
     "aggregate_metrics_path",
@@ -48,6 +52,7 @@ __all__ = [
     "rollout_line_ids",
 ]
 
+PARAMS_KEY = "responses_create_params"
 _CAPTURE_NAME = re.compile(r"(\d+)-(\d+)(?:-a(\d+))?\.capture\.(?:jsonl|incomplete)\Z", re.ASCII)
 
 
@@ -60,8 +65,50 @@ class InputError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class RequestParams:
+    """What a run sets in each rollout's ``responses_create_params`` (the task's Responses
+    request), over what the task says.
+
+    ``overrides`` are merged over the task's own parameters, key by key at the top level (a
+    key given replaces the task's value whole), as NeMo Gym's
+    ``+responses_create_params.<key>=...`` does. ``rollout_seed``, when set, gives rollout
+    ``r`` of every task ``seed: rollout_seed + r``, over both: the repeats of one task then
+    sample differently, while a rerun, and every attempt of one rollout, send the same seed.
+    A task without a ``responses_create_params`` object is dispatched as it is (its agent
+    reads other fields, which a run's Responses parameters do not describe).
+    """
+
+    overrides: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    rollout_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        seed = self.rollout_seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"rollout_seed must be an integer >= 0, not {seed!r}")
+        # A copy: the caller's mapping may change later, the plan's parameters must not.
+        object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+
+    @property
+    def empty(self) -> bool:
+        """True when it changes no task."""
+        return not self.overrides and self.rollout_seed is None
+
+    def apply(self, task: Mapping[str, Any], rollout_index: int) -> Mapping[str, Any]:
+        """The task as rollout ``rollout_index`` is dispatched: ``task`` itself when nothing
+        changes, else a copy with new parameters (``task`` is never mutated)."""
+        params = task.get(PARAMS_KEY)
+        if self.empty or not isinstance(params, Mapping):
+            return task
+        merged = {**params, **self.overrides}
+        if self.rollout_seed is not None:
+            merged["seed"] = self.rollout_seed + rollout_index
+        return {**task, PARAMS_KEY: merged}
+
+
+@dataclass(frozen=True, slots=True)
 class Rollout:
-    """One rollout to dispatch. ``task`` is shared by the task's repeats and never mutated."""
+    """One rollout to dispatch. ``task`` is the line as dispatched: the input's task, shared by
+    its repeats, unless ``RequestParams`` changed it; never mutated."""
 
     task_index: int
     rollout_index: int
@@ -197,8 +244,10 @@ def plan_rollouts(
     tasks: Iterable[Mapping[str, Any]],
     num_repeats: int = 1,
     resume: ResumeState | None = None,
+    params: RequestParams | None = None,
 ) -> Iterator[Rollout]:
-    """Each task's ``num_repeats`` rollouts in input order, minus the finished ones."""
+    """Each task's ``num_repeats`` rollouts in input order, minus the finished ones, each task
+    as ``params`` make it (``RequestParams.apply``)."""
     if num_repeats < 1:
         raise ValueError(f"num_repeats must be at least 1, not {num_repeats}")
     for task_index, task in enumerate(tasks):
@@ -207,7 +256,8 @@ def plan_rollouts(
             if resume is not None and key in resume.finished:
                 continue
             attempt = 0 if resume is None else resume.next_attempt(key)
-            yield Rollout(task_index, rollout_index, attempt, task)
+            sent = task if params is None else params.apply(task, rollout_index)
+            yield Rollout(task_index, rollout_index, attempt, sent)
 
 
 def planned_count(

@@ -64,14 +64,20 @@ def reattach(
     """Rebuild the evidence of every line of ``rollouts_path`` into ``output_path``.
 
     Without ``output_path`` the file is replaced in place, atomically: a run that fails leaves
-    it as it was. ``capture_dirs`` must exist (``FileNotFoundError``), so that a mistyped
-    directory is not read as rollouts without calls.
+    it as it was. ``capture_dirs`` must exist, so that a mistyped directory is not read as
+    rollouts without calls; so must the rollouts file and the output's directory. Each missing
+    one is a ``FileNotFoundError`` naming it, raised before anything is written.
     """
     for directory in capture_dirs:
         if not Path(directory).is_dir():
             raise FileNotFoundError(f"capture directory {directory} does not exist")
     source = Path(rollouts_path)
+    if not source.is_file():
+        raise FileNotFoundError(f"{source}: no such rollouts file")
     target = Path(output_path) if output_path is not None else source
+    if not target.parent.is_dir():
+        # Said here: the open below would name the temporary file instead.
+        raise FileNotFoundError(f"{target.parent}: no such directory for the output")
     tmp = target.with_name(f".{target.name}.attaching")
     attached = not_objects = without_rollout = 0
     try:

@@ -50,6 +50,7 @@ from rollcap.collect._lines import (
     rollout_line,
 )
 from rollcap.collect._plan import (
+    RequestParams,
     ResumeState,
     Rollout,
     aggregate_metrics_path,
@@ -146,6 +147,7 @@ async def collect(
     agent_name: str = "agent",
     dispatch: Dispatch | None = None,
     lost_retries: int = 1,
+    request_params: RequestParams | None = None,
 ) -> CollectionSummary:
     """Collect the rollouts of ``input_path`` from the agent at ``agent_url`` (its base URL).
 
@@ -157,8 +159,10 @@ async def collect(
     are skipped and the others run again under a new attempt id. ``request_timeout`` bounds
     one ``/run`` call in seconds (``None``: no bound). ``agent_name`` names the agent in the
     metrics file. ``dispatch`` replaces the call of ``agent_url`` (then ``None``); a rollout it
-    loses runs again at once under the next attempt id, at most ``lost_retries`` times. Bad
-    input raises ``InputError`` before anything is dispatched.
+    loses runs again at once under the next attempt id, at most ``lost_retries`` times.
+    ``request_params`` set each rollout's ``responses_create_params`` (``RequestParams``); its
+    line then holds them as they were sent. Bad input raises ``InputError`` before anything is
+    dispatched.
     """
     if (agent_url is None) == (dispatch is None):
         raise ValueError("collect needs exactly one of agent_url and dispatch")
@@ -184,6 +188,7 @@ async def collect(
         progress=progress,
         request_timeout=request_timeout,
         agent_name=agent_name,
+        request_params=request_params,
     )
     try:
         return await run.execute()
@@ -226,6 +231,7 @@ class _Run:
         progress: ProgressCallback | None,
         request_timeout: float | None,
         agent_name: str,
+        request_params: RequestParams | None = None,
     ) -> None:
         self.run_url = None if agent_url is None else agent_url.rstrip("/") + "/run"
         self.dispatch = dispatch
@@ -243,6 +249,7 @@ class _Run:
         self.progress = progress
         self.timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=30)
         self.agent_name = agent_name
+        self.request_params = request_params
         self.total = 0
         self.done = 0
         self.failed = 0
@@ -266,7 +273,9 @@ class _Run:
         self._report()
         if self.total:
             with open(self.input_path, "rb") as source:
-                plan = plan_rollouts(iter_tasks(source, self.limit), self.num_repeats, state)
+                plan = plan_rollouts(
+                    iter_tasks(source, self.limit), self.num_repeats, state, self.request_params
+                )
                 await self._dispatch(plan)
         metrics, entries = await asyncio.to_thread(self._finish)
         return CollectionSummary(

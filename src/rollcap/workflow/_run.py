@@ -5,6 +5,12 @@ without it the environment is started here, around the collection, and stopped a
 ``--ray`` (``EvalRequest.ray``) the rollouts run on a Ray cluster's nodes instead
 (``rollcap.cluster``), this process keeping planning, resume and the output files. With
 ``--wandb-project`` the finished run is logged to W&B (``_wandb``), once collection is over.
+
+Two configuration keys shape what each rollout asks of the model (``request_params``): a
+``responses_create_params`` mapping merged over every task's own, and ``rollout_seed``, which
+gives rollout ``r`` of every task ``seed: rollout_seed + r`` (``rollcap.collect.RequestParams``):
+``++responses_create_params.temperature=0.7 ++rollout_seed=0`` with ``--num-repeats 4`` samples
+four different, reproducible rollouts per task.
 """
 
 from __future__ import annotations
@@ -24,12 +30,12 @@ import rich.console
 import rich.progress
 
 from rollcap.cluster._settings import ClusterSettings
-from rollcap.collect import CollectionSummary, Dispatch, collect
+from rollcap.collect import PARAMS_KEY, CollectionSummary, Dispatch, RequestParams, collect
 from rollcap.config import ConfigError, RunSettings
 from rollcap.workflow._discovery import find_server, list_servers
 from rollcap.workflow._wandb import log_to_wandb, require_wandb
 
-__all__ = ["EvalRequest", "Progress", "format_summary", "run_eval"]
+__all__ = ["EvalRequest", "Progress", "format_summary", "request_params", "run_eval"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,23 @@ def _uncorrelated(model_url: str | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def request_params(config: Mapping[str, Any]) -> RequestParams:
+    """The run's ``responses_create_params`` (a mapping, default none) and ``rollout_seed`` (an
+    integer >= 0, default none) keys; a bad value is a ``ConfigError`` naming the key."""
+    overrides = config.get(PARAMS_KEY)
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, Mapping):
+        raise ConfigError(
+            f"{PARAMS_KEY} must be a mapping of Responses parameters "
+            f"(++{PARAMS_KEY}.temperature=0.7), got {overrides!r}"
+        )
+    try:
+        return RequestParams(overrides, config.get("rollout_seed"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _resources_of(agent: str, config: Mapping[str, Any]) -> str | None:
     """The resources server a built-in agent brings (a configured agent names its own)."""
     from rollcap.gym import AGENTS
@@ -165,16 +188,19 @@ async def run_eval(
     ``on_started`` is called once the servers (if any) are up, before the first rollout.
     """
     settings = RunSettings.from_config(config)
+    params = request_params(config)
     if not request.input_path.is_file():
         raise ConfigError(f"--input {request.input_path}: no such file")
     if request.wandb_project is not None:
         require_wandb()  # before anything runs: a missing client is a one-line error
     if request.ray is not None:
         summary, uncorrelated = await _run_on_cluster(
-            request, request.ray, config, settings, progress, on_started
+            request, request.ray, config, settings, params, progress, on_started
         )
     else:
-        summary, uncorrelated = await _run_here(request, config, settings, progress, on_started)
+        summary, uncorrelated = await _run_here(
+            request, config, settings, params, progress, on_started
+        )
     if request.wandb_project is not None:
         await _log_to_wandb(request, summary, capture=settings.capture_dir is not None)
     return summary, uncorrelated
@@ -184,13 +210,14 @@ async def _run_here(
     request: EvalRequest,
     config: Mapping[str, Any],
     settings: RunSettings,
+    params: RequestParams,
     progress: Progress | None,
     on_started: Callable[[], None] | None,
 ) -> tuple[CollectionSummary, int | None]:
     async with _agent_and_model(request, config) as (agent_url, model_url):
         if on_started is not None:
             on_started()
-        summary = await _collect(request, settings, progress, agent_url)
+        summary = await _collect(request, settings, params, progress, agent_url)
         # In a thread: the model server may be served by this very event loop.
         uncorrelated = await asyncio.to_thread(_uncorrelated, model_url)
     return summary, uncorrelated
@@ -199,6 +226,7 @@ async def _run_here(
 async def _collect(
     request: EvalRequest,
     settings: RunSettings,
+    params: RequestParams,
     progress: Progress | None,
     agent_url: str | None,
     *,
@@ -219,6 +247,7 @@ async def _collect(
         agent_name=request.agent,
         dispatch=dispatch,
         lost_retries=lost_retries,
+        request_params=params,
     )
 
 
@@ -255,6 +284,7 @@ async def _run_on_cluster(
     cluster: ClusterSettings,
     config: Mapping[str, Any],
     settings: RunSettings,
+    params: RequestParams,
     progress: Progress | None,
     on_started: Callable[[], None] | None,
 ) -> tuple[CollectionSummary, int | None]:
@@ -276,6 +306,7 @@ async def _run_on_cluster(
         summary = await _collect(
             request,
             settings,
+            params,
             progress,
             None,
             dispatch=run.dispatch,
