@@ -63,6 +63,74 @@ def test_a_missing_directory_or_rollout_is_a_failure(
     assert not absent.exists()  # looked for, never created
 
 
+# Every `capture` command, given a path that is not there (`{missing}`; `{capture}` is a capture
+# directory, `{rollouts}` a rollouts file): the command fails, exit 1, with the error on one line.
+MISSING_INPUTS = [
+    ("list", ["{missing}"], "{missing}: no such capture directory"),
+    ("show", ["{missing}", "0-0"], "{missing}: no such capture directory"),
+    ("show", ["{capture}", "9-9"], "no capture of rollout '9-9'"),
+    ("attach", ["{rollouts}", "--capture-dir", "{missing}"], "capture directory {missing} does"),
+    ("attach", ["{missing}", "--capture-dir", "{capture}"], "{missing}: no such rollouts file"),
+    (
+        "attach",
+        ["{rollouts}", "--capture-dir", "{capture}", "-o", "{missing}/out.jsonl"],
+        "{missing}: no such directory for the output",
+    ),
+    ("export-otel", ["{missing}"], "{missing}: no such capture directory"),
+    ("export-otel", ["{capture}", "--rollouts", "{missing}"], "{missing}: no such rollouts file"),
+    ("report", ["{missing}"], "{missing}: no such directory"),
+    ("report", ["{capture}", "--rollouts", "{missing}"], "{missing}: no such rollouts file"),
+    ("report", ["{capture}", "-o", "{missing}/r.html"], "{missing}: no such directory for the"),
+    ("view", ["{missing}"], "{missing}: no such directory"),
+    ("view", ["{capture}", "--staging", "{missing}"], "{missing}: no such staging directory"),
+]
+
+
+def _capture_commands() -> set[str]:
+    import argparse
+
+    from rollcap.cli import _parser
+
+    def choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
+
+    return set(choices(choices(_parser())["capture"]))
+
+
+def test_every_capture_command_is_checked_for_missing_inputs() -> None:
+    # A new capture command fails this until MISSING_INPUTS says how it treats a missing path.
+    assert {command for command, _, _ in MISSING_INPUTS} == _capture_commands()
+
+
+@pytest.mark.parametrize(("command", "args", "message"), MISSING_INPUTS)
+def test_a_missing_input_is_a_one_line_failure(
+    command: str,
+    args: list[str],
+    message: str,
+    capture_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    rollouts = elsewhere / "r.jsonl"
+    rollouts.write_bytes(b'{"_ng_task_index": 0, "_ng_rollout_index": 0}\n')
+    paths = {"missing": str(elsewhere / "absent"), "capture": str(capture_dir)}
+    paths["rollouts"] = str(rollouts)
+    before = sorted(p.name for p in elsewhere.iterdir())
+    assert main(["capture", command, *(arg.format(**paths) for arg in args)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("rollcap: error: ")
+    assert captured.err.count("\n") == 1, captured.err
+    assert message.format(**paths) in captured.err
+    assert "Errno" not in captured.err  # said in words, not as the OS's error
+    assert captured.out == ""
+    assert sorted(p.name for p in elsewhere.iterdir()) == before  # nothing written or created
+    assert rollouts.read_bytes() == b'{"_ng_task_index": 0, "_ng_rollout_index": 0}\n'
+
+
 def test_console_scripts_are_installed(capture_dir: Path) -> None:
     bin_dir = Path(sys.executable).parent
     for name in ("rollcap", "gym"):

@@ -263,11 +263,24 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _capture_store(directory: str) -> CaptureStore:
-    """The capture store of an existing directory; ``FileNotFoundError`` (exit 1) otherwise."""
-    if not Path(directory).is_dir():
+def _capture_dir(directory: str) -> Path:
+    """An existing capture directory; ``FileNotFoundError`` (exit 1) otherwise, so that a
+    mistyped path is never read as a capture without rollouts."""
+    path = Path(directory)
+    if not path.is_dir():
         raise FileNotFoundError(f"{directory}: no such capture directory")
-    return CaptureStore(directory)
+    return path
+
+
+def _capture_store(directory: str) -> CaptureStore:
+    """The capture store of an existing directory (``_capture_dir``)."""
+    return CaptureStore(_capture_dir(directory))
+
+
+def _existing_file(path: Path | str | None, what: str) -> None:
+    """A file a command reads, there before the command starts (``FileNotFoundError``)."""
+    if path is not None and not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such {what}")
 
 
 def _capture_list(directory: str) -> int:
@@ -319,10 +332,21 @@ def _capture_attach(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _capture_export_otel(args: argparse.Namespace) -> int:
+    # Checked here, ahead of the exporter (and of the check for its extra), so that a missing
+    # input reads as it does for every other capture command.
+    _capture_dir(args.directory)
+    _existing_file(args.rollouts, "rollouts file")
+    return run_export_otel(args)
+
+
 def _capture_report(args: argparse.Namespace) -> int:
     from rollcap.report import DEFAULT_PAYLOAD_BUDGET, find_run, write_report
 
     run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging, ledger=args.ledger)
+    if not args.output.parent.is_dir():
+        # Said before the page is built; writing would name its temporary file instead.
+        raise FileNotFoundError(f"{args.output.parent}: no such directory for the report (-o)")
     if run.rollouts_note is not None:
         print(run.rollouts_note)
     budget = DEFAULT_PAYLOAD_BUDGET if args.payload_budget is None else args.payload_budget
@@ -569,7 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "capture" and args.capture_command == "attach":
             return _capture_attach(args)
         if args.command == "capture" and args.capture_command == "export-otel":
-            return run_export_otel(args)
+            return _capture_export_otel(args)
         if args.command == "capture" and args.capture_command == "report":
             return _capture_report(args)
         if args.command == "capture" and args.capture_command == "view":
