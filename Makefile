@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck unit browser harness nemo-gym demo bench clean
+.PHONY: test lint typecheck unit browser jq harness nemo-gym demo bench screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,21 @@ browser:
 	else \
 		echo "rollcap: no root and no sudo: the browser tests will fail until 'apt-get install chromium' is run as root"; \
 	fi
+
+# tests/test_readme.py runs the README's commands as written, jq filters included: Debian's jq.
+jq:
+	@if command -v jq >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq; \
+	elif command -v sudo >/dev/null 2>&1; then \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq; \
+	else \
+		echo "rollcap: no root and no sudo: tests/test_readme.py will fail until 'apt-get install jq' is run as root"; \
+	fi
+
+# The screenshots the README links to, taken again by the report's browser tests.
+screenshots: $(STAMP) browser
+	ROLLCAP_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q -W error tests/report/test_browser_transcript.py
 
 # The real harnesses (tests/harness): Claude Code and Codex CLI at the versions pinned in
 # tests/harness/package.json, from the npm registry into .harness/. Without node and npm their
@@ -85,7 +100,7 @@ $(NEMO_GYM_STAMP):
 	touch $(NEMO_GYM_STAMP)
 
 # The multi-node tests start Ray's simulated cluster: a pytest process of their own, after the rest.
-unit: $(STAMP) browser harness nemo-gym
+unit: $(STAMP) browser jq harness nemo-gym
 	$(BIN)/python -m pytest -W error
 	$(BIN)/python -m pytest -W error -m ray
 

@@ -200,8 +200,14 @@
     const raw = (hi - lo) / count;
     const step = Math.pow(10, Math.floor(Math.log10(raw)));
     const nice = [1, 2, 5, 10].map((m) => m * step).find((v) => v >= raw) || raw;
-    const out = [];
-    for (let v = Math.ceil(lo / nice) * nice; v <= hi + 1e-9; v += nice) out.push(Math.round(v * 1e6) / 1e6);
+    const make = (by) => {
+      const out = [];
+      for (let v = Math.ceil(lo / by) * by; v <= hi + 1e-9; v += by) out.push(Math.round(v * 1e6) / 1e6);
+      return out;
+    };
+    let out = make(nice);
+    // A range that the nice step leaves with one tick gets a smaller step: one tick says no scale.
+    for (const smaller of [nice / 2, nice / 5, nice / 10]) { if (out.length >= 2) break; out = make(smaller); }
     return out;
   }
   // Tick labels get the decimals their step needs, so that no two of them read the same.
@@ -724,7 +730,8 @@
     }
     if (call.reasoning !== null) answer.appendChild(h("details", { class: "reasoning" }, h("summary", null, "reasoning"), h("pre", null, call.reasoning)));
     if (call.response !== undefined) {
-      const why = call.answer_error ? "the answer could not be read (" + call.answer_error + "); the response as captured:" : "the response as captured for this failed call:";
+      const failed = call.error_category || (call.status_code || 0) >= 400;
+      const why = failed ? "the response as captured for this failed call:" : "the answer could not be read (" + call.answer_error + "); the response as captured:";
       answer.appendChild(h("div", null, h("p", null, why), h("pre", { class: "error-body" }, pretty(call.response))));
     }
     if (!answer.childNodes.length) answer.appendChild(h("p", { class: "muted" }, "no answer captured"));
