@@ -28,29 +28,26 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/rollcap tests
 
-# The report's browser tests drive Debian's Chromium (never a downloaded browser build).
-CHROMIUM := /usr/bin/chromium
-
-browser:
-	@if [ -x $(CHROMIUM) ]; then :; \
+# Debian's package $(1) when its command is missing: as root, else through sudo, else a line
+# saying what will fail ($(2)) until it is installed.
+define apt_install
+	@if command -v $(1) >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1); \
 	elif command -v sudo >/dev/null 2>&1; then \
-		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1); \
 	else \
-		echo "rollcap: no root and no sudo: the browser tests will fail until 'apt-get install chromium' is run as root"; \
+		echo "rollcap: no root and no sudo: $(2) will fail until 'apt-get install $(1)' is run as root"; \
 	fi
+endef
+
+# The report's browser tests drive Debian's Chromium (never a downloaded browser build).
+browser:
+	$(call apt_install,chromium,the browser tests)
 
 # tests/test_readme.py runs the README's commands as written, jq filters included: Debian's jq.
 jq:
-	@if command -v jq >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq; \
-	elif command -v sudo >/dev/null 2>&1; then \
-		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq; \
-	else \
-		echo "rollcap: no root and no sudo: tests/test_readme.py will fail until 'apt-get install jq' is run as root"; \
-	fi
+	$(call apt_install,jq,tests/test_readme.py)
 
 # The screenshots the README links to, taken again by the report's browser tests.
 screenshots: $(STAMP) browser
