@@ -204,6 +204,12 @@ def test_next_and_previous_move_through_the_filtered_list(
     assert page.locator("h2").first.inner_text() == "Rollout 1-0"
     page.click("#next-rollout")
     page.wait_for_selector("#nav-position:text('2 of 2 filtered rollouts')")
+    # Only a rollout's page moves with the keys.
+    page.goto(evaluation_url + "#/t/0")
+    page.locator("#group-rollouts").wait_for()
+    page.keyboard.press("ArrowLeft")  # 2-0's page, just left, had 1-0 before it
+    page.locator("#group-rollouts").wait_for()
+    assert page.evaluate("location.hash") == "#/t/0"
     assert watched.errors == []
 
 

@@ -825,7 +825,6 @@
   });
 
   async function rolloutPage(id, pos) {
-    keysFor = null;
     const row = state.rowById.get(id);
     if (!row) { show(h("p", { class: "marker" }, "no rollout " + id + " in this run")); return; }
     const calls = callsOf(row);
@@ -991,9 +990,10 @@
   async function render() {
     const { parts, params } = parseHash();
     readFilters(params);
+    keysFor = null;  // only a rollout's page moves with the keys
     if (parts[0] === "r" && parts[1]) await rolloutPage(parts[1], parts[2] !== undefined && parts[2] !== "" ? Number(parts[2]) : null);
     else if (parts[0] === "t" && parts[1] !== undefined) await groupPage(Number(parts[1]), Number(parts[2] || 0), Number(parts[3] || 1));
-    else { keysFor = null; home(); }
+    else home();
   }
 
   async function poll() {
