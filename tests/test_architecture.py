@@ -100,6 +100,7 @@ PURE = {
     "rollcap.report._model",
     "rollcap.report._otel_content",
     "rollcap.report._otel_map",
+    "rollcap.server._inflight",
     "rollcap.server._recorder",
     "rollcap.server._translating",
     "rollcap.staging._adapters",

@@ -111,11 +111,11 @@ async def _upstream(answer: bytes, *, then_close: bool) -> AsyncIterator[str]:
 
 class _Observer:
     def __init__(self) -> None:
-        self.first_bytes = 0
+        self.chunks: list[int] = []
         self.failed: list[ErrorCategory] = []
 
-    def first_byte(self, mono: float) -> None:
-        self.first_bytes += 1
+    def upstream_bytes(self, mono: float, size: int) -> None:
+        self.chunks.append(size)
 
     def upstream_failed(self, category: ErrorCategory) -> None:
         self.failed.append(category)
@@ -154,7 +154,7 @@ async def test_a_body_upstream_breaks_off_reaches_the_client_as_it_came(then_clo
     assert (b"content-length", b"100") in start["headers"]
     assert (body["body"], body["more_body"]) == (b'{"partial', True)
     assert isinstance(raised, UpstreamBroke)  # the client's connection breaks as upstream's did
-    assert observer.first_bytes == 1
+    assert observer.chunks == [len(b'{"partial')]  # told of every byte that came
     assert observer.failed == ([] if then_close else [ErrorCategory.TIMEOUT])
 
 

@@ -93,9 +93,10 @@ def upstream_failures(*, answering: bool = False) -> Iterator[None]:
 
 
 class Observer(Protocol):
-    """Who watches a forwarded answer: the model server's call recorder."""
+    """Who watches a forwarded answer: the model server's call recorder, its open-call view."""
 
-    def first_byte(self, mono: float) -> None: ...
+    def upstream_bytes(self, mono: float, size: int) -> None:
+        """``size`` bytes of the answer came at monotonic time ``mono``."""
 
     def upstream_failed(self, category: ErrorCategory) -> None: ...
 
@@ -160,7 +161,7 @@ async def pass_through(upstream: aiohttp.ClientResponse, observer: Observer | No
         with upstream_failures(answering=True):
             async for chunk in upstream.content.iter_any():
                 if observer is not None:
-                    observer.first_byte(time.monotonic())
+                    observer.upstream_bytes(time.monotonic(), len(chunk))
                 chunks.append(chunk)
     except UpstreamFailure as failure:
         _tell(observer, failure)
@@ -181,7 +182,7 @@ async def relay(
         with upstream_failures(answering=True):
             async for chunk in upstream.content.iter_any():
                 if observer is not None:
-                    observer.first_byte(time.monotonic())
+                    observer.upstream_bytes(time.monotonic(), len(chunk))
                 yield chunk
     except UpstreamFailure as failure:
         _tell(observer, failure)

@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from rollcap._json import load_json_object
 from rollcap._proxy.forward import (
+    Observer,
     UpstreamFailure,
     forwarding_session,
     open_upstream,
@@ -45,9 +46,11 @@ from rollcap.server._answers import (
     upstream_error,
 )
 from rollcap.server._fresh import new_model_call_id
+from rollcap.server._inflight import DEFAULT_LIMIT, OpenCall, Watchers
 from rollcap.server._middleware import (
     BODY_KEY,
     DIALECT_ROUTES,
+    INFLIGHT_KEY,
     RECORDER_KEY,
     CaptureMiddleware,
     CaptureState,
@@ -172,6 +175,8 @@ class _Forwarder:
         path = request.scope["path"]  # request.url builds a whole URL object per call
         dialect = DIALECT_ROUTES.get(path)
         recorder: CallRecorder | None = request.scope.get(RECORDER_KEY)
+        inflight: OpenCall | None = request.scope.get(INFLIGHT_KEY)
+        observer = _observer(recorder, inflight)
         if self.staged is not None and dialect is not None:
             if self.staged.applies(request, dialect):
                 return await self.staged.forward(request, dialect, recorder, self._open)
@@ -179,7 +184,7 @@ class _Forwarder:
             request.scope[BODY_KEY] = self.staged.scrub(await request_body(request))
         if self.backend.translate_to_chat and dialect in TO_CHAT:
             assert dialect is not None
-            return await self._translated(request, dialect, recorder)
+            return await self._translated(request, dialect, recorder, observer, inflight)
         # Passed through as the client addressed it, query included; a translated call goes to
         # another route, where the client's query means nothing.
         query = request.scope.get("query_string", b"").decode("latin-1")
@@ -188,7 +193,7 @@ class _Forwarder:
         )
         if isinstance(opened, Response):
             return opened
-        return await pass_through(opened, recorder)
+        return await pass_through(opened, observer)
 
     async def _open(
         self,
@@ -214,7 +219,12 @@ class _Forwarder:
         return upstream
 
     async def _translated(
-        self, request: Request, dialect: str, recorder: CallRecorder | None
+        self,
+        request: Request,
+        dialect: str,
+        recorder: CallRecorder | None,
+        observer: Observer | None,
+        inflight: OpenCall | None,
     ) -> Response:
         """A Responses or Messages call answered by a chat-only upstream."""
         try:
@@ -237,13 +247,15 @@ class _Forwarder:
         upstream = opened
         if 200 <= upstream.status < 300 and is_event_stream(upstream.headers.get("content-type")):
             return StreamResponse(
-                self._translated_stream(upstream, translation.stream(), recorder),
+                self._translated_stream(upstream, translation.stream(), observer),
                 200,
                 {"content-type": "text/event-stream; charset=utf-8"},
             )
         raw = await read_whole(upstream, dialect, recorder)
         if isinstance(raw, Response):
             return raw
+        if inflight is not None:
+            inflight.upstream_bytes(time.monotonic(), len(raw))
         if not 200 <= upstream.status < 300:
             return upstream_error(dialect, upstream.status, raw, recorder)
         chat = load_json_object(raw)
@@ -259,12 +271,12 @@ class _Forwarder:
         self,
         upstream: aiohttp.ClientResponse,
         translator: StreamTranslator,
-        recorder: CallRecorder | None,
+        observer: Observer | None,
     ) -> AsyncGenerator[bytes, None]:
         # The upstream's chunks come through the forwarder's relay, so a timeout, a broken
         # stream and the release of the connection are handled in one place.
         decoder = SSEDecoder()
-        async with contextlib.aclosing(relay(upstream, recorder)) as chunks:
+        async with contextlib.aclosing(relay(upstream, observer)) as chunks:
             async for chunk in chunks:
                 out = [e for event in decoder.feed(chunk) for e in translator.feed(event)]
                 if out:
@@ -273,6 +285,13 @@ class _Forwarder:
         out += translator.finish()
         if out:
             yield b"".join(encode_event(e) for e in out)
+
+
+def _observer(recorder: CallRecorder | None, inflight: OpenCall | None) -> Observer | None:
+    """Who hears of the upstream's bytes: the recorder (capture on) and the open call."""
+    if recorder is None or inflight is None:
+        return recorder if inflight is None else inflight
+    return Watchers(recorder, inflight)
 
 
 def _control_token(variable: str) -> str:
@@ -285,6 +304,9 @@ def _control_token(variable: str) -> str:
             "missing or empty"
         )
     return token
+
+
+MAX_INFLIGHT_LIMIT = 10_000
 
 
 def create_model_app(settings: ModelServerSettings) -> Starlette:
@@ -303,6 +325,22 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
     forwarder = _Forwarder(backend, settings)
     store = CaptureStore(settings.capture_dir) if settings.capture_dir is not None else None
     state = CaptureState(server_name=settings.name, store=store)
+
+    async def inflight(request: Request) -> Response:
+        raw = request.query_params.get("limit", str(DEFAULT_LIMIT))
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_INFLIGHT_LIMIT:
+            return json_response(
+                orjson.dumps(
+                    {"error": f"limit: a whole number from 1 to {MAX_INFLIGHT_LIMIT}, not {raw!r}"}
+                ),
+                400,
+            )
+        snapshot = state.inflight.snapshot(time.monotonic(), int(raw))
+        return Response(
+            orjson.dumps({"name": settings.name, **snapshot}),
+            media_type="application/json",
+            headers={"cache-control": "no-store"},
+        )
 
     async def health(request: Request) -> Response:
         return Response(
@@ -344,6 +382,7 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
     routes += [
         Route("/v1/models", forwarder.forward, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/inflight", inflight, methods=["GET"]),
     ]
     if forwarder.staged is not None:
         from rollcap.staging import MANIFEST_PATH_TEMPLATE

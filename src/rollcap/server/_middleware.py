@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -35,13 +36,16 @@ from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES, GAP_CAPTURE_OVER_LIMIT
 from rollcap.routing import strip_prefix
 from rollcap.server._answers import error_body
 from rollcap.server._fresh import new_model_call_id, now
+from rollcap.server._inflight import HELD, WRITING, InflightCalls, OpenCall
 from rollcap.server._recorder import CallFailure, CallRecorder, LocalReason
 from rollcap.server._writer import RecordWriter
+from rollcap.sse import is_event_stream
 from rollcap.store import CaptureStore
 
 __all__ = [
     "BODY_KEY",
     "DIALECT_ROUTES",
+    "INFLIGHT_KEY",
     "RECORDER_KEY",
     "CaptureMiddleware",
     "CaptureState",
@@ -57,6 +61,9 @@ DIALECT_ROUTES = {
 }
 RECORDER_KEY = "rollcap.recorder"
 BODY_KEY = "rollcap.body"
+INFLIGHT_KEY = (
+    "rollcap.inflight"  # the call's OpenCall, for the forwarder to tell of upstream bytes
+)
 CALL_ID_HEADER = b"x-rollcap-model-call-id"
 # A record built from up to this many bytes is built on the event loop, where it is cheapest (a
 # stream of a few hundred events); a bigger one in a builder thread, in slices, two at a time.
@@ -68,11 +75,13 @@ _CLIENT_GONE = (asyncio.CancelledError, OSError, ClientDisconnect)
 
 @dataclass(slots=True)
 class CaptureState:
-    """What the server knows across calls; ``/health`` reports the counters."""
+    """What the server knows across calls; ``/health`` reports the counters, ``/inflight`` the
+    open calls."""
 
     server_name: str
     store: CaptureStore | None  # None: capture off
     writer: RecordWriter | None = field(init=False)  # the store's, made with it
+    inflight: InflightCalls = field(init=False, default_factory=InflightCalls)
     captured: int = 0
     uncorrelated: int = 0
     capture_failures: int = 0
@@ -147,6 +156,31 @@ class CaptureMiddleware:
             await send_json(send, 400, orjson.dumps(openai_error(str(exc))))
             return
         dialect = DIALECT_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
+        if dialect is None:
+            await self._serve(rollout_id, None, None, scope, receive, send)
+            return
+        clock = now()
+        inflight = self.state.inflight.open(
+            rollout_id, dialect, started_at=clock.wall, started=clock.mono
+        )
+        try:
+            await self._serve(
+                rollout_id, dialect, inflight, {**scope, INFLIGHT_KEY: inflight}, receive, send
+            )
+        finally:
+            self.state.inflight.close(inflight)
+
+    async def _serve(
+        self,
+        rollout_id: str | None,
+        dialect: str | None,
+        inflight: OpenCall | None,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        if inflight is not None:
+            send = _counted(send, inflight)
         writer = self.state.writer  # None: capture off
         if dialect is not None and rollout_id is None:
             self.state.uncorrelated += 1
@@ -172,7 +206,9 @@ class CaptureMiddleware:
             client_session_id=session_id,
             max_response_bytes=self.capture_max_response_bytes,
         )
-        call = _CapturedCall(self, writer, rollout_id, recorder, receive, send)
+        if inflight is not None:
+            inflight.model_call_id = recorder.model_call_id
+        call = _CapturedCall(self, writer, rollout_id, recorder, receive, send, inflight)
         try:
             body = await self._read_body(scope, receive)
         except _TooLarge:
@@ -270,9 +306,15 @@ class CaptureMiddleware:
             gone.received,
         )
 
-    async def write(self, writer: RecordWriter, rollout_id: str, recorder: CallRecorder) -> None:
-        """Build the record and wait until the writer thread made it durable; a failure is
-        logged only.
+    async def write(
+        self,
+        writer: RecordWriter,
+        rollout_id: str,
+        recorder: CallRecorder,
+        inflight: OpenCall | None = None,
+    ) -> None:
+        """Build the record and wait until the writer thread made it durable (``inflight``'s
+        phases say which); a failure is logged only.
 
         A caller cancelled meanwhile (the client went away, the server stops) leaves at once,
         and its record is written all the same: it is queued already, and its outcome is
@@ -280,6 +322,8 @@ class CaptureMiddleware:
         """
         call_id = recorder.model_call_id
         kept = recorder.kept_bytes
+        if inflight is not None:
+            inflight.phase = WRITING
         try:
             if kept <= BUILD_ON_LOOP_BYTES:
                 # A small record is built here, on the event loop: the GIL serialises the work
@@ -295,6 +339,8 @@ class CaptureMiddleware:
             return
         # Once the record is written, what the call kept can go back to the system.
         durable.add_done_callback(lambda _: self._releaser.note(kept))
+        if inflight is not None:
+            inflight.phase = HELD
         try:
             await asyncio.shield(durable)
         except asyncio.CancelledError:
@@ -354,6 +400,7 @@ class _CapturedCall:
         "_client_receive",
         "_client_send",
         "_held",
+        "_inflight",
         "_rollout_id",
         "_writer",
         "client_gone",
@@ -368,8 +415,10 @@ class _CapturedCall:
         recorder: CallRecorder,
         receive: Receive,
         send: Send,
+        inflight: OpenCall | None = None,
     ) -> None:
         self._capture = capture
+        self._inflight = inflight
         self._writer = writer
         self._rollout_id = rollout_id
         self.recorder = recorder
@@ -453,12 +502,29 @@ class _CapturedCall:
             self._held.append(message)
 
     async def _write(self) -> None:
-        await self._capture.write(self._writer, self._rollout_id, self.recorder)
+        await self._capture.write(self._writer, self._rollout_id, self.recorder, self._inflight)
 
     async def _release(self) -> None:
         held, self._held = self._held, []
         for message in held:
             await self._client_send(message)
+
+
+def _counted(send: Send, call: OpenCall) -> Send:
+    """``send``, telling ``call`` what went to the client and when the client took it."""
+
+    async def counted(message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            content_type = next(
+                (v for k, v in message.get("headers", ()) if k.lower() == b"content-type"), b""
+            )
+            call.answer_started(is_event_stream(content_type.decode("latin-1")))
+        await send(message)
+        if kind == "http.response.body":
+            call.client(time.monotonic(), len(message.get("body", b"")))
+
+    return counted
 
 
 def _replay(body: bytes | bytearray, receive: Receive) -> Receive:

@@ -251,6 +251,10 @@ class CallRecorder:
         if self._first_byte is None:
             self._first_byte = mono
 
+    def upstream_bytes(self, mono: float, size: int) -> None:
+        """Bytes of the answer arrived (``Observer``): the first of them is the TTFT."""
+        self.first_byte(mono)
+
     @property
     def kept_bytes(self) -> int:
         """About how many bytes the call's record is built from: the request, the raw response,
