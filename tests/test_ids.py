@@ -7,6 +7,7 @@ import pydantic
 import pytest
 
 from rollcap.ids import (
+    attempt_of,
     build_rollout_id,
     record_rollout_id,
     rollout_id_from_run,
@@ -223,3 +224,10 @@ def test_both_readings_agree_on_a_valid_run_request(body: dict[str, Any]) -> Non
 def test_with_attempt() -> None:
     assert with_attempt("x", 0) == "x"
     assert with_attempt("x", 2) == "x-a2"
+
+
+def test_attempt_of_reads_back_what_with_attempt_added() -> None:
+    for base in ("3-1", "run.alpha", "x-a"):
+        for attempt in (0, 1, 12):
+            assert attempt_of(with_attempt(base, attempt)) == attempt
+    assert attempt_of("task-ab") == 0

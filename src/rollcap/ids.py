@@ -23,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "ROLLOUT_ID_PATTERN",
+    "attempt_of",
     "build_rollout_id",
     "record_rollout_id",
     "rollout_id_from_run",
@@ -102,6 +103,15 @@ def _field(body: object, key: str) -> Any:
 def with_attempt(base: str, attempt: int) -> str:
     """``base``, plus ``-a<n>`` for a resume attempt n > 0."""
     return f"{base}-a{attempt}" if attempt > 0 else base
+
+
+_ATTEMPT_SUFFIX = re.compile(r"-a(\d+)\Z", re.ASCII)
+
+
+def attempt_of(rollout_id: str) -> int:
+    """The attempt ``with_attempt`` gave the id: its ``-a<n>`` suffix, else 0."""
+    match = _ATTEMPT_SUFFIX.search(rollout_id)
+    return int(match[1]) if match else 0
 
 
 def build_rollout_id(task_index: int, rollout_index: int, attempt_index: int = 0) -> str:

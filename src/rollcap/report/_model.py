@@ -40,6 +40,7 @@ __all__ = [
     "RolloutInput",
     "RolloutLine",
     "build_summary",
+    "call_shapes",
     "digest_rollout",
     "matches_search",
     "rollout_line_info",
@@ -219,17 +220,31 @@ def _call_gaps(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [g for g in gaps if isinstance(g, Mapping)]
 
 
-def digest_rollout(source: RolloutInput, *, payload: bool = True) -> RolloutDigest:
-    """Reduce one rollout; ``payload`` also builds its payload and raw texts."""
+def _read_calls(source: RolloutInput) -> tuple[list[ModelCallRecord], list[CanonicalCall]]:
     records = [ModelCallRecord.from_raw(raw, index) for index, raw in source.records]
-    raws = [raw for _, raw in source.records]
     canon: list[CanonicalCall] = []
     for r in records:
         canon.append(
             canonical_call(r.dialect, r.request, r.response, previous=canon[-1] if canon else None)
         )
+    return records, canon
+
+
+def _shapes(records: Sequence[ModelCallRecord], canon: Sequence[CanonicalCall]) -> list[CallShape]:
+    return shape_calls(canon, [(r.error_category, r.status_code) for r in records])
+
+
+def call_shapes(source: RolloutInput) -> list[CallShape]:
+    """What comparing the rollout with another needs of its calls (``_diverge``), alone."""
+    return _shapes(*_read_calls(source))
+
+
+def digest_rollout(source: RolloutInput, *, payload: bool = True) -> RolloutDigest:
+    """Reduce one rollout; ``payload`` also builds its payload, raw texts and call shapes."""
+    records, canon = _read_calls(source)
+    raws = [raw for _, raw in source.records]
     threads = thread_calls(canon)
-    shapes = shape_calls(canon, [(r.error_category, r.status_code) for r in records])
+    shapes = _shapes(records, canon)
     kept, retries = align(shapes)
     facts = orjson.loads(source.line.facts) if source.line and source.line.facts else None
     rollout_gaps = _rollout_gaps(source, bool(records))

@@ -43,8 +43,10 @@ from rollcap.report._diverge import explain
 from rollcap.report._embed import VIEW_CSP
 from rollcap.report._model import (
     RolloutDigest,
+    RolloutInput,
     RolloutLine,
     build_summary,
+    call_shapes,
     digest_rollout,
     matches_search,
 )
@@ -143,14 +145,18 @@ class RunIndex:
                 self._summary = _Summary(revision, orjson.dumps(summary))
             return self._summary.revision, self._summary.body
 
-    def payload(self, rollout_id: str) -> dict[str, Any] | None:
-        """One rollout's payload; ``None`` when the run has no such rollout."""
+    def _source(self, rollout_id: str) -> RolloutInput | None:
+        """The rollout as read; ``None`` when the run has no such rollout."""
         with self._lock:
             lines, _ = self._rollout_lines()
         if rollout_id not in lines and not self.store.path_for(rollout_id).exists():
             return None
-        digest = digest_rollout(read_rollout(self.store, rollout_id, lines.get(rollout_id)))
-        return digest.payload
+        return read_rollout(self.store, rollout_id, lines.get(rollout_id))
+
+    def payload(self, rollout_id: str) -> dict[str, Any] | None:
+        """One rollout's payload; ``None`` when the run has no such rollout."""
+        source = self._source(rollout_id)
+        return None if source is None else digest_rollout(source).payload
 
     def search(self, query: str) -> list[str]:
         """The ids of the rollouts (of the last summary) that ``matches_search`` the query."""
@@ -160,15 +166,10 @@ class RunIndex:
 
     def diverge(self, a: str, b: str) -> tuple[bool, dict[str, Any] | None]:
         """Whether both rollouts exist, and what first differs between them."""
-        with self._lock:
-            lines, _ = self._rollout_lines()
-        shapes = []
-        for rollout_id in (a, b):
-            if rollout_id not in lines and not self.store.path_for(rollout_id).exists():
-                return False, None
-            source = read_rollout(self.store, rollout_id, lines.get(rollout_id))
-            shapes.append(digest_rollout(source).shapes or [])
-        return True, explain(shapes[0], shapes[1])
+        sources = [self._source(a), self._source(b)]
+        if sources[0] is None or sources[1] is None:
+            return False, None
+        return True, explain(call_shapes(sources[0]), call_shapes(sources[1]))
 
     def raw(self, rollout_id: str, position: int) -> dict[str, Any] | None:
         """One call's raw texts (``{}`` when it has none); ``None`` when there is no such call."""

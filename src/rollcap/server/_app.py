@@ -36,7 +36,7 @@ from rollcap.config import (
     RunSettings,
     TokenCaptureSettings,
 )
-from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
+from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES, ErrorCategory
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import (
     error_body,
@@ -46,7 +46,7 @@ from rollcap.server._answers import (
     upstream_error,
 )
 from rollcap.server._fresh import new_model_call_id
-from rollcap.server._inflight import DEFAULT_LIMIT, OpenCall, Watchers
+from rollcap.server._inflight import DEFAULT_LIMIT, OpenCall
 from rollcap.server._middleware import (
     BODY_KEY,
     DIALECT_ROUTES,
@@ -287,11 +287,28 @@ class _Forwarder:
             yield b"".join(encode_event(e) for e in out)
 
 
+class _Watchers:
+    """Two observers of one forwarded answer: the call's recorder and its open call."""
+
+    __slots__ = ("_call", "_recorder")
+
+    def __init__(self, recorder: CallRecorder, call: OpenCall) -> None:
+        self._recorder = recorder
+        self._call = call
+
+    def upstream_bytes(self, mono: float, size: int) -> None:
+        self._recorder.upstream_bytes(mono, size)
+        self._call.upstream_bytes(mono, size)
+
+    def upstream_failed(self, category: ErrorCategory) -> None:
+        self._recorder.upstream_failed(category)
+
+
 def _observer(recorder: CallRecorder | None, inflight: OpenCall | None) -> Observer | None:
     """Who hears of the upstream's bytes: the recorder (capture on) and the open call."""
     if recorder is None or inflight is None:
         return recorder if inflight is None else inflight
-    return Watchers(recorder, inflight)
+    return _Watchers(recorder, inflight)
 
 
 def _control_token(variable: str) -> str:

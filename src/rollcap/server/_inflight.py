@@ -18,21 +18,20 @@ credential. Times are ``time.monotonic()`` values, turned into ages when shown.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
+
+from rollcap.ids import attempt_of
 
 __all__ = [
     "DEFAULT_LIMIT",
     "HELD",
-    "PHASES",
     "RECEIVING",
     "STREAMING",
     "WAITING",
     "WRITING",
     "InflightCalls",
     "OpenCall",
-    "Watchers",
 ]
 
 WAITING = "waiting_upstream"
@@ -40,10 +39,7 @@ STREAMING = "streaming"
 RECEIVING = "receiving"
 WRITING = "writing_record"
 HELD = "held_until_durable"
-PHASES = (WAITING, STREAMING, RECEIVING, WRITING, HELD)
 DEFAULT_LIMIT = 1000
-
-_ATTEMPT = re.compile(r"-a(\d+)\Z")
 
 
 def _ms(seconds: float) -> float:
@@ -69,11 +65,8 @@ class OpenCall:
 
     @property
     def attempt(self) -> int | None:
-        """The attempt index of its rollout id (``-a<n>``, else 0); ``None`` without an id."""
-        if self.rollout_id is None:
-            return None
-        match = _ATTEMPT.search(self.rollout_id)
-        return int(match[1]) if match else 0
+        """The attempt index of its rollout id (``attempt_of``); ``None`` without an id."""
+        return None if self.rollout_id is None else attempt_of(self.rollout_id)
 
     def answer_started(self, streamed: bool) -> None:
         """The answer's headers went to the client."""
@@ -89,7 +82,7 @@ class OpenCall:
             self.phase = STREAMING if self.streamed else RECEIVING
 
     def upstream_failed(self, category: object) -> None:
-        """An ``Observer`` hears of a failed upstream too; the call's end closes it here."""
+        """Nothing to show: a failed upstream ends the call, which closes it."""
 
     def client(self, mono: float, size: int) -> None:
         """``size`` bytes went to the client (the send returned: the client took them)."""
@@ -140,9 +133,6 @@ class InflightCalls:
     def close(self, call: OpenCall) -> None:
         self._open.pop(id(call), None)
 
-    def __len__(self) -> int:
-        return len(self._open)
-
     def snapshot(self, now: float, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
         """``{"open", "calls", "truncated"}``: the oldest ``limit`` calls and how many are open."""
         calls: list[dict[str, Any]] = []
@@ -151,20 +141,3 @@ class InflightCalls:
                 break
             calls.append(call.view(now))
         return {"open": len(self._open), "calls": calls, "truncated": len(self._open) > limit}
-
-
-class Watchers:
-    """Two observers of one forwarded answer: the call's recorder and its open call."""
-
-    __slots__ = ("_call", "_recorder")
-
-    def __init__(self, recorder: Any, call: OpenCall) -> None:
-        self._recorder = recorder
-        self._call = call
-
-    def upstream_bytes(self, mono: float, size: int) -> None:
-        self._recorder.upstream_bytes(mono, size)
-        self._call.upstream_bytes(mono, size)
-
-    def upstream_failed(self, category: Any) -> None:
-        self._recorder.upstream_failed(category)

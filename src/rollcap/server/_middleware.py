@@ -61,9 +61,8 @@ DIALECT_ROUTES = {
 }
 RECORDER_KEY = "rollcap.recorder"
 BODY_KEY = "rollcap.body"
-INFLIGHT_KEY = (
-    "rollcap.inflight"  # the call's OpenCall, for the forwarder to tell of upstream bytes
-)
+# The call's OpenCall, for the forwarder to tell of the upstream's bytes.
+INFLIGHT_KEY = "rollcap.inflight"
 CALL_ID_HEADER = b"x-rollcap-model-call-id"
 # A record built from up to this many bytes is built on the event loop, where it is cheapest (a
 # stream of a few hundred events); a bigger one in a builder thread, in slices, two at a time.
@@ -157,7 +156,7 @@ class CaptureMiddleware:
             return
         dialect = DIALECT_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
         if dialect is None:
-            await self._serve(rollout_id, None, None, scope, receive, send)
+            await self._serve(rollout_id, None, scope, receive, send)
             return
         clock = now()
         inflight = self.state.inflight.open(
@@ -165,7 +164,7 @@ class CaptureMiddleware:
         )
         try:
             await self._serve(
-                rollout_id, dialect, inflight, {**scope, INFLIGHT_KEY: inflight}, receive, send
+                rollout_id, inflight, {**scope, INFLIGHT_KEY: inflight}, receive, send
             )
         finally:
             self.state.inflight.close(inflight)
@@ -173,13 +172,14 @@ class CaptureMiddleware:
     async def _serve(
         self,
         rollout_id: str | None,
-        dialect: str | None,
-        inflight: OpenCall | None,
+        inflight: OpenCall | None,  # None: not a dialect call
         scope: Scope,
         receive: Receive,
         send: Send,
     ) -> None:
+        dialect = None
         if inflight is not None:
+            dialect = inflight.dialect
             send = _counted(send, inflight)
         writer = self.state.writer  # None: capture off
         if dialect is not None and rollout_id is None:
