@@ -11,10 +11,9 @@ import pytest
 
 from rollcap.cli import EXIT_FAILURE, EXIT_OK, main
 from rollcap.collect import collect, reattach, reattach_line
-from rollcap.gym import CalculatorResourcesServer, example_data_path
-from rollcap.testing import FakeUpstream
+from rollcap.gym import example_data_path
 from tests.collect.conftest import StubAgent, read_lines, write_input
-from tests.gym.conftest import gym_stack
+from tests.gym.conftest import calculator_stack
 
 EVIDENCE = ("ng_agent_observations", "ng_model_call_capture", "ng_trajectory", "ng_perf")
 COLLECTED_ONLY = ("ng_model_call_capture", "ng_trajectory", "ng_perf")
@@ -31,17 +30,7 @@ async def test_capture_attach_gives_the_evidence_collection_gave(
     tasks = example_data_path("calculator").read_bytes().splitlines()[:3]
     source = tmp_path / "in.jsonl"
     source.write_bytes(b"\n".join(tasks) + b"\n")
-    async with (
-        FakeUpstream() as upstream,
-        gym_stack(
-            upstream.url,
-            capture,
-            resources=CalculatorResourcesServer(),
-            model_name="tool_turns",
-            model_server_name="policy_model",
-        ) as stack,
-        asyncio.timeout(60),
-    ):
+    async with calculator_stack(capture) as stack, asyncio.timeout(60):
         output = tmp_path / "out.jsonl"
         summary = await collect(stack.agent_url, source, output, capture_dir=capture)
     collected = read_lines(summary.output_path)

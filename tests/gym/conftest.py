@@ -21,6 +21,7 @@ from starlette.routing import Route
 from rollcap._runtime.serving import bind, uvicorn_server
 from rollcap.gym import (
     AgentSettings,
+    CalculatorResourcesServer,
     McqaResourcesServer,
     ResourcesServer,
     SimpleResponsesAgent,
@@ -194,6 +195,22 @@ async def gym_stack(
         yield GymStack(
             upstream_url, model_server, resources_server, agent_server, capture_dir, session
         )
+
+
+@contextlib.asynccontextmanager
+async def calculator_stack(capture_dir: Path, **agent_options: Any) -> AsyncIterator[GymStack]:
+    """The fake upstream playing ``tool_turns`` (it calls the request's tools twice, then
+    answers) behind a gym stack with the calculator's resources server."""
+    async with (
+        FakeUpstream() as upstream,
+        gym_stack(
+            upstream.url,
+            capture_dir,
+            resources=CalculatorResourcesServer(),
+            **{"model_name": "tool_turns", "model_server_name": "policy_model", **agent_options},
+        ) as stack,
+    ):
+        yield stack
 
 
 def dead_url() -> str:

@@ -19,7 +19,7 @@ from rollcap.collect import collect
 from rollcap.evidence import TrajectoryRecord
 from rollcap.gym import CalculatorResourcesServer, example_data_path
 from rollcap.testing import FakeUpstream
-from tests.gym.conftest import GymStack, StubModel, gym_stack, responses_object
+from tests.gym.conftest import GymStack, StubModel, calculator_stack, gym_stack, responses_object
 
 CALCULATOR = orjson.loads(example_data_path("calculator").read_bytes().splitlines()[1])
 INDICES = {"_ng_task_index": 5, "_ng_rollout_index": 0, "_ng_attempt_index": 0}
@@ -28,17 +28,7 @@ SERVER_REF = {"type": "responses_api_models", "name": "policy_model"}
 
 @pytest.fixture
 async def tool_stack(tmp_path: Path) -> AsyncIterator[GymStack]:
-    # The model named tool_turns makes the fake call the request's tools twice, then answer.
-    async with (
-        FakeUpstream() as upstream,
-        gym_stack(
-            upstream.url,
-            tmp_path / "model-calls",
-            resources=CalculatorResourcesServer(),
-            model_name="tool_turns",
-            model_server_name="policy_model",
-        ) as stack,
-    ):
+    async with calculator_stack(tmp_path / "model-calls") as stack:
         yield stack
 
 

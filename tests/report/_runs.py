@@ -20,9 +20,9 @@ import openai
 import orjson
 
 from rollcap.collect import Rollout, rollout_line
-from rollcap.gym import CalculatorResourcesServer, example_data_path
-from rollcap.testing import HEADER_SCENARIO, FakeUpstream
-from tests.gym.conftest import gym_stack
+from rollcap.gym import example_data_path
+from rollcap.testing import HEADER_SCENARIO
+from tests.gym.conftest import calculator_stack
 from tests.report._evaluation import evaluation_servers
 
 CALCULATOR_TASKS = 2
@@ -39,17 +39,7 @@ async def _calculator(job_dir: Path) -> None:
     source = job_dir / "tasks.jsonl"
     source.write_bytes(b"\n".join(tasks) + b"\n")
     capture = job_dir / "model-calls"
-    async with (
-        FakeUpstream() as upstream,
-        gym_stack(
-            upstream.url,
-            capture,
-            resources=CalculatorResourcesServer(),
-            model_name="tool_turns",
-            model_server_name="policy_model",
-        ) as stack,
-        asyncio.timeout(60),
-    ):
+    async with calculator_stack(capture) as stack, asyncio.timeout(60):
         await collect(stack.agent_url, source, job_dir / CALCULATOR_ROLLOUTS, capture_dir=capture)
 
 
