@@ -187,13 +187,37 @@ def _parser() -> argparse.ArgumentParser:
         help="most bytes of payloads to embed, e.g. 16MiB (default 64MiB); "
         "the rest is left to `rollcap capture view`",
     )
+    status = commands.add_parser(
+        "status",
+        help="a running collection's rollouts, stalled ones first, live until the run ends",
+    )
+    _status_source_arguments(status, "the status to show (default: the head server at "
+                             "$ROLLCAP_HEAD_URL or http://127.0.0.1:11000)")  # fmt: skip
+    status.add_argument("--once", action="store_true", help="print the table once and exit")
+    status.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="seconds between redraws"
+    )
     view = capture_commands.add_parser(
         "view", help="serve the same page live (new rollouts appear) until Ctrl-C"
     )
     _run_arguments(view)
     view.add_argument("--host", default="127.0.0.1")
     view.add_argument("--port", type=int, default=0, help="default: any free port")
+    _status_source_arguments(
+        view,
+        "the live panel's run status (default: the status file beside --rollouts, if any)",
+    )
     return parser
+
+
+def _status_source_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--head-url", metavar="URL", help=f"{what}: from this head server's GET /status"
+    )
+    where.add_argument(
+        "--status-file", type=Path, metavar="F", help=f"{what}: from a run's <output>_status.json"
+    )
 
 
 def _ray_arguments(parser: argparse.ArgumentParser) -> None:
@@ -367,9 +391,17 @@ def _capture_report(args: argparse.Namespace) -> int:
 def _capture_view(args: argparse.Namespace) -> int:
     from rollcap._runtime.serving import bind, serving
     from rollcap.report import create_view_app, find_run
+    from rollcap.status import StatusSource, status_path
 
     run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging, ledger=args.ledger)
-    app = create_view_app(run, host=args.host)
+    live: StatusSource | None = None
+    if args.head_url is not None:
+        live = StatusSource(head_url=args.head_url)
+    elif args.status_file is not None:
+        live = StatusSource(path=args.status_file)
+    elif args.rollouts is not None:
+        live = StatusSource(path=status_path(args.rollouts))
+    app = create_view_app(run, host=args.host, live=live)
     sock = bind(args.host, args.port)
 
     async def serve() -> None:
@@ -380,6 +412,25 @@ def _capture_view(args: argparse.Namespace) -> int:
             await asyncio.Event().wait()
 
     _run_until_interrupted(serve())
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    import rich.console
+
+    from rollcap.status import StatusSource
+    from rollcap.status._terminal import watch
+    from rollcap.workflow import head_url
+
+    if not args.interval > 0:
+        raise ConfigError(f"--interval must be a positive number of seconds, got {args.interval}")
+    if args.status_file is not None:
+        source = StatusSource(path=args.status_file)
+    else:
+        source = StatusSource(head_url=args.head_url or head_url())
+    console = rich.console.Console()
+    with contextlib.suppress(KeyboardInterrupt):
+        return watch(source, console=console, interval_s=args.interval, once=args.once)
     return EXIT_OK
 
 
@@ -598,6 +649,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _capture_report(args)
         if args.command == "capture" and args.capture_command == "view":
             return _capture_view(args)
+        if args.command == "status":
+            return _status(args)
     except (ConfigError, ValueError, CaptureReadError) as exc:
         print(f"rollcap: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
+from rollcap.status._rules import LiveStatusSettings
 
 __all__ = [
     "CLIENT_SESSION_HEADERS",
@@ -29,6 +30,7 @@ __all__ = [
     "HEADER_READ_TIMEOUT_S",
     "MAX_REQUEST_BYTES",
     "ConfigError",
+    "LiveStatusSettings",
     "RunSettings",
     "apply_override",
     "base_urls",
@@ -186,6 +188,7 @@ class RunSettings:
     capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES
     header_read_timeout_s: float = HEADER_READ_TIMEOUT_S
     client_session_headers: tuple[str, ...] = CLIENT_SESSION_HEADERS
+    live_status: LiveStatusSettings = field(default_factory=lambda: LiveStatusSettings())
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -232,6 +235,7 @@ class RunSettings:
                 config.get("client_session_headers", list(CLIENT_SESSION_HEADERS))
             ),
             token_capture=token_capture,
+            live_status=_live_status(config.get("live_status")),
             pass_client_credentials=passthrough,
             observability_enabled=enabled,
             model_call_capture_dir=capture_dir,
@@ -244,6 +248,13 @@ class RunSettings:
     def capture_dir(self) -> Path | None:
         """Where to capture, or None when capture is off."""
         return self.model_call_capture_dir if self.observability_enabled else None
+
+
+def _live_status(raw: object) -> LiveStatusSettings:
+    try:
+        return LiveStatusSettings.from_config(raw)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _header_names(raw: object) -> tuple[str, ...]:

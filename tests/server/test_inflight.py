@@ -12,6 +12,7 @@ import aiohttp
 import orjson
 import pytest
 
+from rollcap.config import LiveStatusSettings
 from rollcap.records import RawRecord
 from rollcap.server._inflight import HELD, RECEIVING, STREAMING, WAITING, InflightCalls
 from rollcap.server._writer import RecordWriter
@@ -26,7 +27,8 @@ def test_a_calls_view_follows_it_and_holds_no_payload() -> None:
     calls = InflightCalls()
     call = calls.open("3-1-a2", "chat", started_at=1000.0, started=50.0, model_call_id="c" * 32)
     other = calls.open(None, "responses", started_at=1001.0, started=51.0)
-    view = call.view(50.5)
+    live = LiveStatusSettings()
+    view = call.view(50.5, live)
     assert (view["attempt"], view["phase"], view["streamed"]) == (2, WAITING, None)
     assert (view["age_ms"], view["upstream_silence_ms"], view["client_idle_ms"]) == (
         500.0,
@@ -34,31 +36,31 @@ def test_a_calls_view_follows_it_and_holds_no_payload() -> None:
         500.0,
     )
     assert view["first_upstream_byte_ms"] is None
-    call.answer_started(streamed=True)
+    call.answer_started(200, streamed=True)
     call.upstream_bytes(50.25, 100)
     call.upstream_bytes(50.75, 20)
-    call.client(50.8, 90)
-    view = call.view(51.0)
+    call.client(50.8, 90, last=False)
+    view = call.view(51.0, live)
     assert view["phase"] == STREAMING
     assert (view["upstream_bytes"], view["client_bytes"]) == (120, 90)
     assert (view["first_upstream_byte_ms"], view["upstream_silence_ms"]) == (250.0, 250.0)
     assert view["client_idle_ms"] == 200.0
     assert set(view) == {
-        "rollout_id", "attempt", "model_call_id", "dialect", "streamed", "phase", "started_at",
-        "age_ms", "first_upstream_byte_ms", "upstream_bytes", "client_bytes",
-        "upstream_silence_ms", "client_idle_ms",
+        "rollout_id", "attempt", "model_call_id", "dialect", "streamed", "state", "phase",
+        "started_at", "age_ms", "first_upstream_byte_ms", "upstream_bytes", "client_bytes",
+        "upstream_silence_ms", "client_idle_ms", "ended_ms_ago",
     }  # fmt: skip
     # A body read whole before it is answered is received, not streamed.
     other.upstream_bytes(51.5, 10)
-    assert other.view(52.0)["phase"] == RECEIVING
+    assert other.view(52.0, live)["phase"] == RECEIVING
     assert other.attempt is None
     calls.open("0-0", "messages", started_at=1002.0, started=52.0)
     # Oldest first, bounded, saying so.
     shown = calls.snapshot(53.0, limit=2)
     assert (shown["open"], shown["truncated"]) == (3, True)
     assert [c["rollout_id"] for c in shown["calls"]] == ["3-1-a2", None]
-    calls.close(call)
-    calls.close(call)  # closing twice is harmless
+    calls.close(call, 53.0)
+    calls.close(call, 53.0)  # closing twice is harmless
     assert [c["rollout_id"] for c in calls.snapshot(53.0)["calls"]] == [None, "0-0"]
     assert calls.snapshot(53.0)["truncated"] is False
 

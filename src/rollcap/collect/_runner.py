@@ -61,6 +61,7 @@ from rollcap.collect._plan import (
     planned_count,
     rollout_line_ids,
 )
+from rollcap.status import LiveStatus, RunBoard, StatusOptions, status_path
 from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
 
 __all__ = [
@@ -148,6 +149,7 @@ async def collect(
     dispatch: Dispatch | None = None,
     lost_retries: int = 1,
     request_params: RequestParams | None = None,
+    status: StatusOptions | None = None,
 ) -> CollectionSummary:
     """Collect the rollouts of ``input_path`` from the agent at ``agent_url`` (its base URL).
 
@@ -161,8 +163,10 @@ async def collect(
     metrics file. ``dispatch`` replaces the call of ``agent_url`` (then ``None``); a rollout it
     loses runs again at once under the next attempt id, at most ``lost_retries`` times.
     ``request_params`` set each rollout's ``responses_create_params`` (``RequestParams``); its
-    line then holds them as they were sent. Bad input raises ``InputError`` before anything is
-    dispatched.
+    line then holds them as they were sent. The run's live status (``rollcap.status``) is kept
+    in ``<output stem>_status.json`` about once a second, as ``status`` says (default: the
+    default thresholds, no model server asked, no head server told). Bad input raises
+    ``InputError`` before anything is dispatched.
     """
     if (agent_url is None) == (dispatch is None):
         raise ValueError("collect needs exactly one of agent_url and dispatch")
@@ -189,6 +193,7 @@ async def collect(
         request_timeout=request_timeout,
         agent_name=agent_name,
         request_params=request_params,
+        status=status or StatusOptions(),
     )
     try:
         return await run.execute()
@@ -232,6 +237,7 @@ class _Run:
         request_timeout: float | None,
         agent_name: str,
         request_params: RequestParams | None = None,
+        status: StatusOptions | None = None,
     ) -> None:
         self.run_url = None if agent_url is None else agent_url.rstrip("/") + "/run"
         self.dispatch = dispatch
@@ -250,6 +256,8 @@ class _Run:
         self.timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=30)
         self.agent_name = agent_name
         self.request_params = request_params
+        self.status = status or StatusOptions()
+        self.board: RunBoard | None = None
         self.total = 0
         self.done = 0
         self.failed = 0
@@ -271,12 +279,28 @@ class _Run:
         state = await asyncio.to_thread(self._prepare_files)
         self.total, skipped = planned_count(num_tasks, self.num_repeats, state)
         self._report()
-        if self.total:
-            with open(self.input_path, "rb") as source:
-                plan = plan_rollouts(
-                    iter_tasks(source, self.limit), self.num_repeats, state, self.request_params
-                )
-                await self._dispatch(plan)
+        self.board = RunBoard(
+            self.status.settings,
+            run_id=str(self.output_path.resolve()),
+            agent=self.agent_name,
+            planned=self.total,
+            skipped=skipped,
+            started=time.monotonic(),
+            started_at=time.time(),
+        )
+        async with LiveStatus(
+            self.board,
+            status_path(self.output_path),
+            servers=self.status.servers,
+            head_url=self.status.head_url,
+            sinks=self.status.sinks,
+        ):
+            if self.total:
+                with open(self.input_path, "rb") as source:
+                    plan = plan_rollouts(
+                        iter_tasks(source, self.limit), self.num_repeats, state, self.request_params
+                    )
+                    await self._dispatch(plan)
         metrics, entries = await asyncio.to_thread(self._finish)
         return CollectionSummary(
             output_path=self.output_path,
@@ -371,12 +395,23 @@ class _Run:
                     self.journal.close()
 
     async def _run_one(self, dispatch: Dispatch, rollout: Rollout) -> None:
+        board = self.board
+        assert board is not None
         for retry in range(self.lost_retries + 1):
             if retry:
                 rollout = replace(rollout, attempt_index=rollout.attempt_index + 1)
             if self.store is not None:
                 await self.starts.submit(rollout)
+            board.start(
+                rollout.rollout_id,
+                task_index=rollout.task_index,
+                rollout_index=rollout.rollout_index,
+                attempt=rollout.attempt_index,
+                redispatched=retry > 0,
+                now=time.monotonic(),
+            )
             outcome = await dispatch(rollout)
+            board.end(rollout.rollout_id, outcome.kind, time.monotonic())
             if outcome.kind != RolloutOutcome.LOST:
                 break
             log.warning("rollout %s was lost: %s", rollout.rollout_id, outcome.reason)

@@ -59,6 +59,7 @@ from rollcap.report._source import (
     rollout_order,
     valid_ids,
 )
+from rollcap.status import StatusSource, StatusUnavailable
 from rollcap.store import CaptureStore
 
 __all__ = ["RunIndex", "create_view_app", "host_name"]
@@ -229,14 +230,33 @@ def _rollout_id(request: Request) -> str | Response:
 
 
 def create_view_app(
-    run: RunFiles, *, host: str = "127.0.0.1", assets: PageAssets | None = None
+    run: RunFiles,
+    *,
+    host: str = "127.0.0.1",
+    assets: PageAssets | None = None,
+    live: StatusSource | None = None,
 ) -> Starlette:
     """The served view of ``run``. Requests must name ``host`` (or a loopback name) in their
-    ``Host`` header, so a web page elsewhere cannot read the run through DNS rebinding."""
+    ``Host`` header, so a web page elsewhere cannot read the run through DNS rebinding.
+
+    ``live``: where the page's live panel reads the run's status (``GET /api/live``:
+    ``{"source", "runs", "error"}``); ``None``: the page has no live panel.
+    """
     index = RunIndex(run)
     page = (assets or load_assets()).page(
-        {"mode": "served"}, csp=VIEW_CSP, title=f"rollcap view: {run.capture_dir}"
+        {"mode": "served", "live": live is not None},
+        csp=VIEW_CSP,
+        title=f"rollcap view: {run.capture_dir}",
     )
+
+    async def live_status(request: Request) -> Response:
+        if live is None:
+            return _json({"error": "this view was started without a live status source"}, 404)
+        try:
+            runs = await asyncio.to_thread(live.fetch)
+        except StatusUnavailable as exc:
+            return _json({"source": str(live), "runs": [], "error": str(exc)})
+        return _json({"source": str(live), "runs": runs, "error": None})
 
     async def home(request: Request) -> Response:
         return HTMLResponse(page, headers=_NO_STORE)
@@ -308,6 +328,7 @@ def create_view_app(
             Route("/api/rollout/{rollout_id}/call/{position:int}/raw", raw),
             Route("/api/search", search),
             Route("/api/diverge/{a}/{b}", diverge),
+            Route("/api/live", live_status),
         ],
         middleware=[Middleware(_KnownHostsOnly, allowed=hosts)],
         lifespan=lifespan,

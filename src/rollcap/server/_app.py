@@ -33,6 +33,7 @@ from rollcap._proxy.relay import StreamResponse
 from rollcap.config import (
     CLIENT_SESSION_HEADERS,
     MAX_REQUEST_BYTES,
+    LiveStatusSettings,
     RunSettings,
     TokenCaptureSettings,
 )
@@ -47,6 +48,7 @@ from rollcap.server._answers import (
 )
 from rollcap.server._fresh import new_model_call_id
 from rollcap.server._inflight import DEFAULT_LIMIT, OpenCall
+from rollcap.server._metrics import CONTENT_TYPE, ServerMetrics
 from rollcap.server._middleware import (
     BODY_KEY,
     DIALECT_ROUTES,
@@ -93,6 +95,8 @@ class ModelServerSettings:
     capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES
     # Read as the record's client_session_id, in this order (lower-case names).
     client_session_headers: tuple[str, ...] = CLIENT_SESSION_HEADERS
+    # The thresholds of the states /inflight gives (stalled, cancelled's linger).
+    live_status: LiveStatusSettings = field(default_factory=LiveStatusSettings)
 
     def __post_init__(self) -> None:
         for key in ("max_request_bytes", "capture_max_response_bytes"):
@@ -140,6 +144,7 @@ class ModelServerSettings:
             max_request_bytes=run.max_request_bytes,
             capture_max_response_bytes=run.capture_max_response_bytes,
             client_session_headers=run.client_session_headers,
+            live_status=run.live_status,
         )
 
 
@@ -324,6 +329,12 @@ def _control_token(variable: str) -> str:
 
 
 MAX_INFLIGHT_LIMIT = 10_000
+# The most rollout ids one POST /inflight/rollouts may ask about.
+MAX_INFLIGHT_ROLLOUTS = 100_000
+
+
+def _bad(message: str) -> Response:
+    return json_response(orjson.dumps({"error": message}), 400)
 
 
 def create_model_app(settings: ModelServerSettings) -> Starlette:
@@ -341,23 +352,41 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
     )
     forwarder = _Forwarder(backend, settings)
     store = CaptureStore(settings.capture_dir) if settings.capture_dir is not None else None
-    state = CaptureState(server_name=settings.name, store=store)
+    state = CaptureState(server_name=settings.name, store=store, live=settings.live_status)
+    metrics = ServerMetrics(state)
+    state.call_ended = metrics.call_ended
+    if store is not None:
+        store.sync_timed = metrics.sync_timed
 
     async def inflight(request: Request) -> Response:
         raw = request.query_params.get("limit", str(DEFAULT_LIMIT))
         if not raw.isdigit() or not 1 <= int(raw) <= MAX_INFLIGHT_LIMIT:
-            return json_response(
-                orjson.dumps(
-                    {"error": f"limit: a whole number from 1 to {MAX_INFLIGHT_LIMIT}, not {raw!r}"}
-                ),
-                400,
-            )
+            return _bad(f"limit: a whole number from 1 to {MAX_INFLIGHT_LIMIT}, not {raw!r}")
         snapshot = state.inflight.snapshot(time.monotonic(), int(raw))
         return Response(
             orjson.dumps({"name": settings.name, **snapshot}),
             media_type="application/json",
             headers={"cache-control": "no-store"},
         )
+
+    async def inflight_rollouts(request: Request) -> Response:
+        try:
+            ids = orjson.loads(await request_body(request))
+        except orjson.JSONDecodeError as exc:
+            return _bad(f"the body must be a JSON list of rollout ids: {exc}")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            return _bad("the body must be a JSON list of rollout ids")
+        if len(ids) > MAX_INFLIGHT_ROLLOUTS:
+            return _bad(f"at most {MAX_INFLIGHT_ROLLOUTS} rollout ids at once, not {len(ids)}")
+        rollouts = state.inflight.rollouts(ids, time.monotonic())
+        return Response(
+            orjson.dumps({"name": settings.name, "rollouts": rollouts}),
+            media_type="application/json",
+            headers={"cache-control": "no-store"},
+        )
+
+    async def get_metrics(request: Request) -> Response:
+        return Response(metrics.exposition(), headers={"content-type": CONTENT_TYPE})
 
     async def health(request: Request) -> Response:
         return Response(
@@ -400,6 +429,8 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
         Route("/v1/models", forwarder.forward, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/inflight", inflight, methods=["GET"]),
+        Route("/inflight/rollouts", inflight_rollouts, methods=["POST"]),
+        Route("/metrics", get_metrics, methods=["GET"]),
     ]
     if forwarder.staged is not None:
         from rollcap.staging import MANIFEST_PATH_TEMPLATE

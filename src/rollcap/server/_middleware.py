@@ -18,8 +18,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -30,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from rollcap._proxy.asgi import send_json
 from rollcap._proxy.relay import break_off_on, quiet_deliberate_breaks, upstream_broke
 from rollcap._runtime.memory import MemoryReleaser
-from rollcap.config import CLIENT_SESSION_HEADERS, MAX_REQUEST_BYTES
+from rollcap.config import CLIENT_SESSION_HEADERS, MAX_REQUEST_BYTES, LiveStatusSettings
 from rollcap.dialects import openai_error
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES, GAP_CAPTURE_OVER_LIMIT
 from rollcap.routing import strip_prefix
@@ -79,14 +80,18 @@ class CaptureState:
 
     server_name: str
     store: CaptureStore | None  # None: capture off
+    live: LiveStatusSettings = field(default_factory=LiveStatusSettings)
     writer: RecordWriter | None = field(init=False)  # the store's, made with it
-    inflight: InflightCalls = field(init=False, default_factory=InflightCalls)
+    inflight: InflightCalls = field(init=False)
     captured: int = 0
     uncorrelated: int = 0
     capture_failures: int = 0
+    # Told of each dialect call once the server is done with it (the server's metrics).
+    call_ended: Callable[[OpenCall], None] | None = None
 
     def __post_init__(self) -> None:
         self.writer = None if self.store is None else RecordWriter(self.store)
+        self.inflight = InflightCalls(self.live)
 
 
 async def request_body(request: Request) -> bytes | bytearray:
@@ -167,7 +172,9 @@ class CaptureMiddleware:
                 rollout_id, inflight, {**scope, INFLIGHT_KEY: inflight}, receive, send
             )
         finally:
-            self.state.inflight.close(inflight)
+            self.state.inflight.close(inflight, time.monotonic())
+            if self.state.call_ended is not None:
+                self.state.call_ended(inflight)
 
     async def _serve(
         self,
@@ -181,6 +188,7 @@ class CaptureMiddleware:
         if inflight is not None:
             dialect = inflight.dialect
             send = _counted(send, inflight)
+            receive = _watched(receive, inflight)
         writer = self.state.writer  # None: capture off
         if dialect is not None and rollout_id is None:
             self.state.uncorrelated += 1
@@ -328,12 +336,16 @@ class CaptureMiddleware:
             if kept <= BUILD_ON_LOOP_BYTES:
                 # A small record is built here, on the event loop: the GIL serialises the work
                 # with a thread either way, and a hand-off to one costs more than the build.
-                durable = writer.submit(rollout_id, recorder.record())
+                record = recorder.record()
+                if inflight is not None:
+                    inflight.error_category = record.error_category or _NO_ERROR
+                durable = writer.submit(rollout_id, record)
+                del record
                 recorder.release()
             else:
                 # A big one would stop the loop for as long as it takes: it is built in a
                 # thread, a slice at a time, so the loop runs between slices.
-                durable = writer.submit_built(rollout_id, recorder.record_in_slices)
+                durable = writer.submit_built(rollout_id, _noting(recorder, inflight))
         except Exception as exc:
             await self._failed(writer, rollout_id, call_id, exc)
             return
@@ -510,8 +522,24 @@ class _CapturedCall:
             await self._client_send(message)
 
 
+_NO_ERROR = "none"  # the record's category when it has none, as the metrics label it
+
+
+def _noting(recorder: CallRecorder, inflight: OpenCall | None) -> Callable[[], dict[str, Any]]:
+    """``recorder.record_in_slices``, telling ``inflight`` the record's error category."""
+
+    def build() -> dict[str, Any]:
+        record = recorder.record_in_slices()
+        if inflight is not None:
+            inflight.error_category = record.get("error_category") or _NO_ERROR
+        return record
+
+    return build
+
+
 def _counted(send: Send, call: OpenCall) -> Send:
-    """``send``, telling ``call`` what went to the client and when the client took it."""
+    """``send``, telling ``call`` what went to the client, when the client took it, and when
+    the client could not be reached any more."""
 
     async def counted(message: Message) -> None:
         kind = message["type"]
@@ -519,12 +547,32 @@ def _counted(send: Send, call: OpenCall) -> Send:
             content_type = next(
                 (v for k, v in message.get("headers", ()) if k.lower() == b"content-type"), b""
             )
-            call.answer_started(is_event_stream(content_type.decode("latin-1")))
-        await send(message)
+            call.answer_started(message["status"], is_event_stream(content_type.decode("latin-1")))
+        try:
+            await send(message)
+        except _CLIENT_GONE:
+            call.client_left(time.monotonic())
+            raise
         if kind == "http.response.body":
-            call.client(time.monotonic(), len(message.get("body", b"")))
+            call.client(
+                time.monotonic(),
+                len(message.get("body", b"")),
+                last=not message.get("more_body", False),
+            )
 
     return counted
+
+
+def _watched(receive: Receive, call: OpenCall) -> Receive:
+    """``receive``, telling ``call`` when the client goes away."""
+
+    async def watched() -> Message:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            call.client_left(time.monotonic())
+        return message
+
+    return watched
 
 
 def _replay(body: bytes | bytearray, receive: Receive) -> Receive:

@@ -23,9 +23,10 @@ import fcntl
 import os
 import sys
 import threading
+import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,12 +131,18 @@ def _fail(indexes: list[int], exc: BaseException, results: list[Any]) -> None:
         results[i] = exc
 
 
-def _finish_lane(lane: list[_FileBatch]) -> list[bool | BaseException]:
-    """Sync a lane's files one after the other (in one of ``append_many``'s sync threads)."""
+def _finish_lane(
+    lane: list[_FileBatch], timed: Callable[[float], None] | None
+) -> list[bool | BaseException]:
+    """Sync a lane's files one after the other (in one of ``append_many``'s sync threads),
+    telling ``timed`` how long each sync took."""
     out: list[bool | BaseException] = []
     for batch in lane:
         assert batch.sync is not None
+        started = time.perf_counter()
         out.append(finish(batch.handle, batch.pending, batch.sync))
+        if timed is not None:
+            timed(time.perf_counter() - started)
     return out
 
 
@@ -180,6 +187,8 @@ class CaptureStore:
         self._sync_pool: ThreadPoolExecutor | None = None  # append_many's syncs, made on use
         # A directory sync for new files failed: their entries may not be durable yet.
         self._directory_unsynced = False
+        # Told how long each file sync of ``append_many`` took, in seconds, from its thread.
+        self.sync_timed: Callable[[float], None] | None = None
         _STORES.add(self)
 
     def __repr__(self) -> str:
@@ -388,14 +397,14 @@ class CaptureStore:
         self, files: list[_FileBatch], results: list[Any], stale: list[_FileBatch]
     ) -> None:
         if len(files) == 1:
-            self._settle(files[0], _finish_lane(files)[0], results, stale)
+            self._settle(files[0], _finish_lane(files, self.sync_timed)[0], results, stale)
             return
         # One sync after another would bound the batch's rate by the device's flush time;
         # syncs that overlap share the flush. A few lanes of syncs overlap enough, and a
         # thread per file costs more in thread switches than it saves.
         lanes = [files[i::_SYNC_LANES] for i in range(min(_SYNC_LANES, len(files)))]
         pool = self._syncs()
-        finished = [pool.submit(_finish_lane, lane) for lane in lanes]
+        finished = [pool.submit(_finish_lane, lane, self.sync_timed) for lane in lanes]
         for lane, future in zip(lanes, finished, strict=True):
             for batch, outcome in zip(lane, future.result(), strict=True):
                 self._settle(batch, outcome, results, stale)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rollcap.workflow._discovery import (
     DEFAULT_HEAD_URL,
     HEAD_URL_ENV,
+    head_url,
     list_servers,
     resolve_model_base_url,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "environment",
     "format_submit_table",
     "format_summary",
+    "head_url",
     "instances",
     "list_servers",
     "load_entrypoint",

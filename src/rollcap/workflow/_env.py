@@ -33,6 +33,7 @@ from rollcap.gym import (
 )
 from rollcap.gym import create_resources_app as _resources_app
 from rollcap.server import ModelServerSettings, create_model_app
+from rollcap.status._head import MAX_DOCUMENT_BYTES, HeadStatus, StatusRefused
 
 __all__ = [
     "DEFAULT_HEAD_PORT",
@@ -95,6 +96,7 @@ def _head_app(
     replicas: Callable[[], list[dict[str, str]]] | None = None,
 ) -> Starlette:
     public_config = orjson.dumps(redact(config))
+    status = HeadStatus()
 
     def server_list() -> list[dict[str, Any]]:
         listed = [asdict(s) for s in servers]
@@ -116,11 +118,34 @@ def _head_app(
     async def health(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
+    async def put_status(request: Request) -> Response:
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_DOCUMENT_BYTES:
+                break
+        try:
+            status.put(body)
+        except StatusRefused as exc:
+            return Response(orjson.dumps({"error": str(exc)}), 400, media_type="application/json")
+        return Response(status_code=204)
+
+    async def get_status(request: Request) -> Response:
+        return Response(
+            status.body(), media_type="application/json", headers={"cache-control": "no-store"}
+        )
+
+    async def get_metrics(request: Request) -> Response:
+        return Response(status.exposition(), headers={"content-type": status.content_type})
+
     return Starlette(
         routes=[
             Route("/config", get_config, methods=["GET"]),
             Route("/servers", get_servers, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
+            Route("/status", get_status, methods=["GET"]),
+            Route("/status", put_status, methods=["PUT"]),
+            Route("/metrics", get_metrics, methods=["GET"]),
         ]
     )
 
@@ -412,7 +437,9 @@ def head_app(
     servers: list[ServerInfo],
     replicas: Callable[[], list[dict[str, str]]] | None = None,
 ) -> Starlette:
-    """The head server: ``GET /config``, ``GET /servers``, ``GET /health``.
+    """The head server: ``GET /config``, ``GET /servers``, ``GET /health``; the collections'
+    live status (``PUT /status`` from each, ``GET /status`` for all, ``rollcap.status``) and
+    ``GET /metrics`` (their rollouts by count and state, in Prometheus's format).
 
     ``replicas``: the model server's live replicas (``{"url", "node_id"}``) when it runs as
     several, asked on every ``GET /servers``.

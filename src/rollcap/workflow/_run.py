@@ -32,7 +32,8 @@ import rich.progress
 from rollcap.cluster._settings import ClusterSettings
 from rollcap.collect import PARAMS_KEY, CollectionSummary, Dispatch, RequestParams, collect
 from rollcap.config import ConfigError, RunSettings
-from rollcap.workflow._discovery import find_server, list_servers
+from rollcap.status import ModelServers, StatusOptions
+from rollcap.workflow._discovery import find_server, head_url, list_servers
 from rollcap.workflow._wandb import log_to_wandb, require_wandb
 
 __all__ = ["EvalRequest", "Progress", "format_summary", "request_params", "run_eval"]
@@ -57,9 +58,11 @@ class EvalRequest:
 
 
 class Progress:
-    """Collection progress: a rich bar with rate and ETA on a terminal, a line every 10% in logs.
+    """Collection progress: a rich bar with rate, ETA and the stalled and slow rollouts on a
+    terminal; in logs, a line every 10% and one whenever the number stalled changes.
 
-    Call it as the collector's progress callback; ``close()`` when the run is over.
+    Call it as the collector's progress callback, ``live`` with each status document; ``close()``
+    when the run is over.
     """
 
     def __init__(self, stream: TextIO = sys.stderr) -> None:
@@ -68,12 +71,17 @@ class Progress:
         self._last_decile = -1
         self._bar: rich.progress.Progress | None = None
         self._task: rich.progress.TaskID | None = None
-        if stream.isatty():
+        self.stalled = 0
+        self.slow = 0
+        self._tty = stream.isatty()
+        if self._tty:
             self._bar = rich.progress.Progress(
                 rich.progress.TextColumn("rollouts"),
                 rich.progress.BarColumn(),
                 rich.progress.MofNCompleteColumn(),
                 rich.progress.TextColumn("{task.fields[failed]} failed"),
+                rich.progress.TextColumn("{task.fields[stalled]} stalled"),
+                rich.progress.TextColumn("{task.fields[slow]} slow"),
                 rich.progress.TextColumn("{task.fields[rate]}/s"),
                 rich.progress.TextColumn("ETA"),
                 rich.progress.TimeRemainingColumn(),
@@ -86,9 +94,17 @@ class Progress:
         if self._bar is not None:
             if self._task is None:
                 self._bar.start()
-                self._task = self._bar.add_task("collect", total=total, failed=0, rate="0.0")
+                self._task = self._bar.add_task(
+                    "collect", total=total, failed=0, stalled=0, slow=0, rate="0.0"
+                )
             self._bar.update(
-                self._task, completed=done, total=total, failed=failed, rate=f"{rate:.1f}"
+                self._task,
+                completed=done,
+                total=total,
+                failed=failed,
+                stalled=self.stalled,
+                slow=self.slow,
+                rate=f"{rate:.1f}",
             )
             if done >= total:
                 self.close()
@@ -98,7 +114,26 @@ class Progress:
             self._last_decile = decile
             eta = f"{(total - done) / rate:.0f}s" if rate > 0 else "?"
             print(
-                f"{done}/{total} rollouts, {failed} failed, {rate:.1f}/s, ETA {eta}",
+                f"{done}/{total} rollouts, {failed} failed, {self.stalled} stalled, "
+                f"{self.slow} slow, {rate:.1f}/s, ETA {eta}",
+                file=self.stream,
+                flush=True,
+            )
+
+    def live(self, document: Mapping[str, Any]) -> None:
+        """A status document (``rollcap.status``): its stalled and slow counts."""
+        states = document.get("states") or {}
+        stalled, slow = int(states.get("stalled", 0)), int(states.get("slow", 0))
+        changed = stalled != self.stalled
+        self.stalled, self.slow = stalled, slow
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, stalled=stalled, slow=slow)
+        elif not self._tty and changed and not document.get("run", {}).get("finished"):
+            listed = [r for r in document.get("rollouts", ()) if r.get("state") == "stalled"]
+            names = ", ".join(str(r.get("rollout_id")) for r in listed[:5])
+            more = "" if len(listed) <= 5 else f" and {stalled - 5} more"
+            print(
+                f"{stalled} rollout(s) stalled" + (f": {names}{more}" if names else ""),
                 file=self.stream,
                 flush=True,
             )
@@ -151,16 +186,34 @@ def _resources_of(agent: str, config: Mapping[str, Any]) -> str | None:
     return AGENTS[agent].resources_server
 
 
+@dataclass(frozen=True, slots=True)
+class _Servers:
+    """Where a run's agent, model servers and head server are."""
+
+    agent_url: str
+    models: list[tuple[str, str]]  # (name, URL)
+    head_url: str
+
+    @property
+    def model_url(self) -> str | None:
+        return self.models[0][1] if self.models else None
+
+
 @contextlib.asynccontextmanager
 async def _agent_and_model(
     request: EvalRequest, config: Mapping[str, Any]
-) -> AsyncIterator[tuple[str, str | None]]:
-    """The agent's URL and the model server's, from a head server or a fresh environment."""
+) -> AsyncIterator[_Servers]:
+    """The agent's, model servers' and head server's URLs, from a head server or a fresh
+    environment."""
     if not request.serve:
         servers = list_servers(request.head_url)
         agent = str(find_server(servers, request.agent, "responses_api_agents")["url"])
-        models = [s for s in servers if s.get("kind") == "responses_api_models"]
-        yield agent, (str(models[0]["url"]) if models else None)
+        models = [
+            (str(s["name"]), str(s["url"]))
+            for s in servers
+            if s.get("kind") == "responses_api_models"
+        ]
+        yield _Servers(agent, models, request.head_url or head_url())
         return
     from rollcap.workflow._env import environment
 
@@ -172,8 +225,8 @@ async def _agent_and_model(
         agent=request.agent,
         head_port=request.head_port,
     ) as env:
-        model = next(s for s in env.servers if s.kind == "responses_api_models")
-        yield env.url_of(request.agent), model.url
+        models = [(s.name, s.url) for s in env.servers if s.kind == "responses_api_models"]
+        yield _Servers(env.url_of(request.agent), models, env.head_url)
 
 
 async def run_eval(
@@ -214,13 +267,26 @@ async def _run_here(
     progress: Progress | None,
     on_started: Callable[[], None] | None,
 ) -> tuple[CollectionSummary, int | None]:
-    async with _agent_and_model(request, config) as (agent_url, model_url):
+    async with _agent_and_model(request, config) as servers:
         if on_started is not None:
             on_started()
-        summary = await _collect(request, settings, params, progress, agent_url)
+        status = _status(settings, progress, servers.models, servers.head_url)
+        summary = await _collect(
+            request, settings, params, progress, servers.agent_url, status=status
+        )
         # In a thread: the model server may be served by this very event loop.
-        uncorrelated = await asyncio.to_thread(_uncorrelated, model_url)
+        uncorrelated = await asyncio.to_thread(_uncorrelated, servers.model_url)
     return summary, uncorrelated
+
+
+def _status(
+    settings: RunSettings,
+    progress: Progress | None,
+    models: ModelServers,
+    head: str | None,
+) -> StatusOptions:
+    sinks = [] if progress is None else [progress.live]
+    return StatusOptions(settings.live_status, models, head, sinks)
 
 
 async def _collect(
@@ -232,6 +298,7 @@ async def _collect(
     *,
     dispatch: Dispatch | None = None,
     lost_retries: int = 1,
+    status: StatusOptions | None = None,
 ) -> CollectionSummary:
     """Collect ``request``'s rollouts from ``agent_url``, or through a cluster's ``dispatch``."""
     return await collect(
@@ -248,6 +315,7 @@ async def _collect(
         dispatch=dispatch,
         lost_retries=lost_retries,
         request_params=params,
+        status=status,
     )
 
 
@@ -303,6 +371,14 @@ async def _run_on_cluster(
     ) as run:
         if on_started is not None:
             on_started()
+        replicas, model_url = run.replicas, run.model_url
+
+        def models() -> list[tuple[str, str]]:
+            if replicas is not None:
+                return [(f"policy_model@{r['node_id']}", r["url"]) for r in replicas.listing()]
+            return [] if model_url is None else [("policy_model", model_url)]
+
+        head = None if request.serve else (request.head_url or head_url())
         summary = await _collect(
             request,
             settings,
@@ -311,6 +387,7 @@ async def _run_on_cluster(
             None,
             dispatch=run.dispatch,
             lost_retries=cluster.lost_retries,
+            status=_status(settings, progress, models, head),
         )
         if run.replicas is not None:
             return summary, await run.uncorrelated()

@@ -473,7 +473,113 @@
     return [h("div", { class: "controls" }, text, kind, " calls > ", calls, bin), wrap];
   }
   function home() {
-    show(h("h2", null, "Run"), overview(), h("h2", null, "Rollouts"), rolloutList());
+    show(live.panel, h("h2", null, "Run"), overview(), h("h2", null, "Rollouts"), rolloutList());
+  }
+
+  // --- live status ---------------------------------------------------------------------------
+  // The served view started with a status source (a head server or a run's status file) shows
+  // what the runs are doing now, above the overview: GET api/live, every POLL_MS, until every
+  // run has finished. The panel is one element, kept across the overview's redraws.
+  const live = { panel: null, answer: null, failure: null, checked: null, polling: true };
+  function secs(v) {
+    if (typeof v !== "number") return dash;
+    if (v < 60) return v.toFixed(1) + " s";
+    const t = Math.round(v);
+    if (t < 3600) return Math.floor(t / 60) + " m " + String(t % 60).padStart(2, "0") + " s";
+    return Math.floor(t / 3600) + " h " + String(Math.floor((t % 3600) / 60)).padStart(2, "0") + " m";
+  }
+  function joined(parts, sep) {
+    const out = [];
+    for (const part of parts) {
+      if (part === null || part === undefined || part === false) continue;
+      if (out.length) out.push(sep);
+      out.push(part);
+    }
+    return out;
+  }
+  // What a running rollout is doing, as the status document's `doing` says.
+  function doingText(doing) {
+    if (!doing || doing.kind === "unknown") return dash;
+    if (doing.kind === "between_calls") return "between calls (agent or tool) for " + secs(doing.for_s);
+    if (doing.kind !== "model_call") return String(doing.kind);
+    let text = "model call on " + (doing.server || "?") + ": " + (doing.phase || "?") + ", upstream silent " + secs(doing.upstream_silence_s);
+    if (doing.state && doing.state !== "active") text += ", call " + doing.state;
+    if (doing.open_calls > 1) text += " (" + doing.open_calls + " calls open)";
+    return text;
+  }
+  function liveRun(doc) {
+    const run = doc.run || {}, counts = doc.counts || {}, states = doc.states || {};
+    const count = (key, label, n, warn) => h("span", { class: "live-count" + (warn && n ? " warn" : ""), "data-count": key }, num(n) + " " + label);
+    const some = (key, label, n, warn) => (n ? count(key, label, n, warn) : null);
+    const age = typeof run.updated_at === "number" ? Date.now() / 1000 - run.updated_at : null;
+    const head = h("p", { class: "live-head" }, joined([
+      h("b", { class: "live-id" }, String(run.id)),
+      run.agent ? h("span", { class: "live-agent" }, String(run.agent)) : null,
+      h("span", { class: "live-count", "data-count": "done" }, num(counts.done) + "/" + num(counts.planned) + " done"),
+      count("failed", "failed", counts.failed, true),
+      count("running", "running", counts.running),
+      count("stalled", "stalled", states.stalled, true),
+      count("slow", "slow", states.slow, true),
+      some("cancelled", "cancelled", states.cancelled, true),
+      some("retrying", "retrying", states.retrying, true),
+      some("lost", "lost", counts.lost, true),
+      some("skipped", "skipped (done before)", counts.skipped),
+      h("span", { class: "live-rate" }, num(doc.rate_per_s) + "/s"),
+      run.finished ? null : h("span", { class: "live-eta" }, "ETA " + secs(doc.eta_s)),
+      run.finished ? h("span", { class: "tag ok live-finished" }, "finished")
+        : age !== null && age >= 0 ? h("span", { class: "muted" }, "updated " + secs(age) + " ago") : null,
+    ], " · "));
+    const box = h("div", { class: "live-run", "data-run-id": String(run.id), "data-finished": run.finished ? "1" : "0" }, head);
+    for (const server of doc.servers || []) {
+      if (server.ok) continue;
+      box.appendChild(h("p", { class: "marker live-server-down", "data-server": String(server.name) },
+        "model server " + server.name + " (" + server.url + ") did not answer: " + (server.error || "no reason given")));
+    }
+    const rollouts = doc.rollouts || [];
+    if (!rollouts.length) {
+      if (!run.finished) box.appendChild(h("p", { class: "muted" }, "no rollout running"));
+      return box;
+    }
+    const columns = [["rollout", false], ["attempt", true], ["state", false], ["elapsed", true], ["calls", true], ["doing", false]];
+    box.appendChild(h("table", { class: "live-rollouts" },
+      h("thead", null, h("tr", null, columns.map(([label, numeric]) => h("th", { class: numeric ? "num" : null }, label)))),
+      h("tbody", null, rollouts.map((r) => h("tr", { class: "live-rollout state-" + r.state, "data-state": r.state, "data-rollout-id": r.rollout_id },
+        // A rollout with a capture already links to its page; one without is plain text.
+        h("td", null, state.rowById.has(r.rollout_id) ? idLink(r.rollout_id) : String(r.rollout_id)),
+        h("td", { class: "num" }, num(r.attempt)),
+        h("td", { class: "live-state" }, String(r.state), r.last_call === "cancelled" && r.state !== "cancelled" ? h("span", { class: "muted" }, " (last call cancelled)") : null),
+        h("td", { class: "num" }, secs(r.elapsed_s)),
+        h("td", { class: "num" }, num(r.calls)),
+        h("td", { class: "live-doing" }, doingText(r.doing)))))));
+    if (counts.running > rollouts.length) box.appendChild(h("p", { class: "muted" }, "the first " + num(rollouts.length) + " of " + plural(counts.running, "running rollout")));
+    return box;
+  }
+  function drawLive() {
+    const answer = live.answer;
+    const checked = live.checked ? " · checked " + live.checked.toLocaleTimeString() : "";
+    const parts = [h("h2", null, "Live status ", h("span", { class: "muted live-source" }, (answer ? "from " + answer.source : "") + checked))];
+    const error = live.failure || (answer && answer.error);
+    if (error) parts.push(h("p", { class: "marker", id: "live-error" }, live.failure ? "the live status could not be asked: " + error : error));
+    else if (!answer) parts.push(h("p", { class: "muted" }, "asking for the run's live status…"));
+    else if (!answer.runs.length) parts.push(h("p", { class: "muted" }, "no run has reported its status"));
+    else parts.push(answer.runs.map(liveRun));
+    fill(live.panel, parts);
+    live.panel.dataset.polling = live.polling ? "1" : "0";
+  }
+  async function pollLive() {
+    let finished = false;
+    try {
+      live.answer = await api("api/live");
+      live.failure = null;
+      const runs = live.answer.runs;
+      finished = !live.answer.error && runs.length > 0 && runs.every((doc) => doc.run && doc.run.finished);
+    } catch (e) {
+      live.failure = e.message;
+    }
+    live.checked = new Date();
+    live.polling = !finished;
+    drawLive();
+    if (!finished) setTimeout(pollLive, POLL_MS);
   }
 
   // --- rollout: waterfall, transcript, call detail, tokens -----------------------------------
@@ -1024,6 +1130,11 @@
     useSummary(summary);
     document.getElementById("source").textContent = summary.source.capture_dir || "";
     window.addEventListener("hashchange", route);
+    if (SERVED && DATA.live) {
+      live.panel = h("section", { id: "live-panel", "data-polling": "1" });
+      drawLive();
+      pollLive();
+    }
     await route();
     document.documentElement.dataset.ready = "1";
     if (SERVED) setTimeout(poll, POLL_MS);
