@@ -394,14 +394,8 @@ def _capture_view(args: argparse.Namespace) -> int:
     from rollcap.status import StatusSource, status_path
 
     run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging, ledger=args.ledger)
-    live: StatusSource | None = None
-    if args.head_url is not None:
-        live = StatusSource(head_url=args.head_url)
-    elif args.status_file is not None:
-        live = StatusSource(path=args.status_file)
-    elif args.rollouts is not None:
-        live = StatusSource(path=status_path(args.rollouts))
-    app = create_view_app(run, host=args.host, live=live)
+    beside = None if args.rollouts is None else StatusSource(path=status_path(args.rollouts))
+    app = create_view_app(run, host=args.host, live=_status_source(args, beside))
     sock = bind(args.host, args.port)
 
     async def serve() -> None:
@@ -415,6 +409,17 @@ def _capture_view(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _status_source(args: argparse.Namespace, default: Any) -> Any:
+    """The ``StatusSource`` that ``--head-url`` or ``--status-file`` names, else ``default``."""
+    from rollcap.status import StatusSource
+
+    if args.head_url is not None:
+        return StatusSource(head_url=args.head_url)
+    if args.status_file is not None:
+        return StatusSource(path=args.status_file)
+    return default
+
+
 def _status(args: argparse.Namespace) -> int:
     import rich.console
 
@@ -424,10 +429,7 @@ def _status(args: argparse.Namespace) -> int:
 
     if not args.interval > 0:
         raise ConfigError(f"--interval must be a positive number of seconds, got {args.interval}")
-    if args.status_file is not None:
-        source = StatusSource(path=args.status_file)
-    else:
-        source = StatusSource(head_url=args.head_url or head_url())
+    source = _status_source(args, StatusSource(head_url=head_url()))
     console = rich.console.Console()
     with contextlib.suppress(KeyboardInterrupt):
         return watch(source, console=console, interval_s=args.interval, once=args.once)

@@ -188,7 +188,7 @@ class RunSettings:
     capture_max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES
     header_read_timeout_s: float = HEADER_READ_TIMEOUT_S
     client_session_headers: tuple[str, ...] = CLIENT_SESSION_HEADERS
-    live_status: LiveStatusSettings = field(default_factory=lambda: LiveStatusSettings())
+    live_status: LiveStatusSettings = field(default_factory=LiveStatusSettings)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:

@@ -193,7 +193,7 @@ async def collect(
         request_timeout=request_timeout,
         agent_name=agent_name,
         request_params=request_params,
-        status=status or StatusOptions(),
+        status=status,
     )
     try:
         return await run.execute()

@@ -36,6 +36,7 @@ __all__ = [
     "ACTIVITY_ROLLOUTS",
     "DEFAULT_LIMIT",
     "HELD",
+    "NO_ERROR",
     "PHASES",
     "RECEIVING",
     "STREAMING",
@@ -52,6 +53,8 @@ WRITING = "writing_record"
 HELD = "held_until_durable"
 PHASES = (WAITING, RECEIVING, STREAMING, WRITING, HELD)
 DEFAULT_LIMIT = 1000
+# A call's error category when its record has none (and the metrics' label for it).
+NO_ERROR = "none"
 # Rollouts whose activity is kept; the least recently active is forgotten first.
 ACTIVITY_ROLLOUTS = 65_536
 # Cancelled calls kept listed after they closed, at most (the newest).
@@ -84,7 +87,8 @@ class OpenCall:
     answered: bool = False  # the client got the whole answer
     client_gone: float | None = None  # when the client went away
     ended: float | None = None
-    error_category: str | None = None  # the record's, with capture on, once it is built
+    # The record's (``NO_ERROR`` when it has none), with capture on, once it is built.
+    error_category: str | None = None
 
     @property
     def attempt(self) -> int | None:
@@ -225,9 +229,6 @@ class InflightCalls:
         activity.last_end = now
         activity.last_failed = failed
         activity.last_cancelled = call.client_gone is not None
-
-    def open_calls(self) -> Iterable[OpenCall]:
-        return self._open.values()
 
     def _lingering(self, now: float) -> list[OpenCall]:
         """The cancelled calls still shown, oldest first; those past their time are let go."""

@@ -24,7 +24,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from rollcap.records import error_category
-from rollcap.server._inflight import OpenCall
+from rollcap.server._inflight import NO_ERROR, OpenCall
 from rollcap.server._middleware import CaptureState
 
 __all__ = ["CONTENT_TYPE", "ServerMetrics"]
@@ -33,11 +33,10 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _FAST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _FSYNC_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
-_NONE = "none"
 
 
 def status_class(status: int | None) -> str:
-    return _NONE if status is None else f"{status // 100}xx"
+    return NO_ERROR if status is None else f"{status // 100}xx"
 
 
 def _category(call: OpenCall) -> str:
@@ -49,7 +48,7 @@ def _category(call: OpenCall) -> str:
         cancelled=call.client_gone is not None,
         truncated=ok and not call.answered and call.client_gone is None,
     )
-    return _NONE if category is None else category.value
+    return NO_ERROR if category is None else category.value
 
 
 class _StateCollector(Collector):

@@ -37,7 +37,7 @@ from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES, GAP_CAPTURE_OVER_LIMIT
 from rollcap.routing import strip_prefix
 from rollcap.server._answers import error_body
 from rollcap.server._fresh import new_model_call_id, now
-from rollcap.server._inflight import HELD, WRITING, InflightCalls, OpenCall
+from rollcap.server._inflight import HELD, NO_ERROR, WRITING, InflightCalls, OpenCall
 from rollcap.server._recorder import CallFailure, CallRecorder, LocalReason
 from rollcap.server._writer import RecordWriter
 from rollcap.sse import is_event_stream
@@ -338,7 +338,7 @@ class CaptureMiddleware:
                 # with a thread either way, and a hand-off to one costs more than the build.
                 record = recorder.record()
                 if inflight is not None:
-                    inflight.error_category = record.error_category or _NO_ERROR
+                    inflight.error_category = record.error_category or NO_ERROR
                 durable = writer.submit(rollout_id, record)
                 del record
                 recorder.release()
@@ -522,16 +522,13 @@ class _CapturedCall:
             await self._client_send(message)
 
 
-_NO_ERROR = "none"  # the record's category when it has none, as the metrics label it
-
-
 def _noting(recorder: CallRecorder, inflight: OpenCall | None) -> Callable[[], dict[str, Any]]:
     """``recorder.record_in_slices``, telling ``inflight`` the record's error category."""
 
     def build() -> dict[str, Any]:
         record = recorder.record_in_slices()
         if inflight is not None:
-            inflight.error_category = record.get("error_category") or _NO_ERROR
+            inflight.error_category = record.get("error_category") or NO_ERROR
         return record
 
     return build
