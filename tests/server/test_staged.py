@@ -646,7 +646,7 @@ async def test_the_control_route_wants_the_exact_bearer_token(stack: Stack) -> N
             {"authorization": "Bearer wrong-token"},
             {"authorization": f"bearer {CONTROL_TOKEN}"},
             {"authorization": CONTROL_TOKEN},
-            {"authorization": f"Bearer {CONTROL_TOKEN} "},
+            {"authorization": f"Bearer {CONTROL_TOKEN}x"},
         ):
             async with http.get(url, headers=headers) as response:
                 assert response.status == 401, headers
