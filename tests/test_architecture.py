@@ -102,6 +102,7 @@ PURE = {
     "rollcap.report._otel_map",
     "rollcap.server._inflight",
     "rollcap.server._recorder",
+    "rollcap.server._socket_events",
     "rollcap.server._translating",
     "rollcap.status._board",
     "rollcap.status._rules",
@@ -120,6 +121,7 @@ PURE = {
     "rollcap.testing._render_messages",
     "rollcap.testing._render_responses",
     "rollcap.testing._scenarios",
+    "rollcap.testing._socket",
     "rollcap.testing._tokens",
 }
 # What a pure module may import besides other pure modules: the standard library's data

@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from rollcap.records import (
+    TRANSPORT_WEBSOCKET,
     ErrorCategory,
     ModelCallRecord,
     RawRecord,
@@ -320,6 +321,18 @@ def test_raw_record_writes_execution_fields_only_when_known() -> None:
     assert "upstream_status_code" not in out
     assert "local_response_reason" not in out
     assert RawRecord.from_json(out) == raw
+
+
+def test_a_websocket_turn_says_so_and_keeps_its_other_client_events() -> None:
+    steer = {"type": "response.steer", "input": []}
+    raw = RawRecord(**SPEC_RECORD, transport=TRANSPORT_WEBSOCKET, client_events=[steer])
+    out = raw.to_json()
+    assert (out["transport"], out["client_events"]) == ("websocket", [steer])
+    assert RawRecord.from_json(out) == raw
+    # An HTTP call's record has neither key; a foreign value is read leniently.
+    assert "transport" not in RawRecord(**SPEC_RECORD).to_json()
+    lenient = RawRecord.from_json({**out, "transport": 3, "client_events": [steer, "x"]})
+    assert (lenient.transport, lenient.client_events) == (None, [steer])
 
 
 @pytest.mark.parametrize(

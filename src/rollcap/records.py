@@ -27,6 +27,7 @@ __all__ = [
     "GAP_TRAJECTORY_PROJECTION_FAILED",
     "GAP_UNREADABLE",
     "MODEL_REF_TYPE",
+    "TRANSPORT_WEBSOCKET",
     "ErrorCategory",
     "Gap",
     "ModelCallRecord",
@@ -184,6 +185,11 @@ EXECUTION_KEYS = (
     "local_response_reason",
 )
 RESPONSE_SOURCES = frozenset(("upstream", "local"))
+# A call that came over a Responses WebSocket (one turn of it) says so: ``transport`` is
+# ``"websocket"`` (absent: an HTTP call), and ``client_events`` holds the other client events
+# the socket sent during the turn (``response.steer``, ...), as sent.
+TRANSPORT_KEYS = ("transport", "client_events")
+TRANSPORT_WEBSOCKET = "websocket"
 
 _REQUIRED_KEYS = (
     "model_call_id",
@@ -204,6 +210,7 @@ _OPTIONAL_KEYS = (
     "client_session_id",
     *EXECUTION_KEYS,
     "gaps",
+    *TRANSPORT_KEYS,
 )
 
 
@@ -230,6 +237,8 @@ class RawRecord:
     response_source: str | None = None
     upstream_status_code: int | None = None
     local_response_reason: str | None = None
+    transport: str | None = None
+    client_events: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         # Latencies are kept at 2 decimals, as the format says; rounding here means every
@@ -271,6 +280,7 @@ class RawRecord:
         attempted = obj.get("upstream_attempted")
         source = obj.get("response_source")
         gaps = obj.get("gaps")
+        events = obj.get("client_events")
         return cls(
             model_call_id=as_str(obj.get("model_call_id")) or "",
             dialect=as_str(obj.get("dialect")) or "",
@@ -291,6 +301,10 @@ class RawRecord:
             response_source=source if source in RESPONSE_SOURCES else None,
             upstream_status_code=_int("upstream_status_code"),
             local_response_reason=as_str(obj.get("local_response_reason")),
+            transport=as_str(obj.get("transport")),
+            client_events=[e for e in events if isinstance(e, dict)]
+            if isinstance(events, list)
+            else None,
         )
 
 

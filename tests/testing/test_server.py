@@ -7,11 +7,13 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import httpx2
 import orjson
 import pytest
 
 from rollcap.dialects import StreamOutcome, get_dialect, reassemble
+from rollcap.sse import SSEDecoder
 from rollcap.testing import SCENARIOS, FakeUpstream
 from tests.testing._support import DIALECTS, TERMINAL_OUTCOME, request, with_stream_index
 
@@ -418,3 +420,201 @@ def test_running_in_thread_raises_start_errors() -> None:
         port = int(server.url.rsplit(":", 1)[1])
         with pytest.raises(OSError, match=r"(?i)in use"), FakeUpstream.running_in_thread(port=port):
             pass
+
+
+# --- the Responses WebSocket ----------------------------------------------------------------------
+
+# Bounds every wait on a socket in this file, as TIMEOUT does for HTTP.
+WS_TIMEOUT_S = 10.0
+TERMINAL = ("response.completed", "response.incomplete")
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WS_TIMEOUT_S)) as http:
+        yield http
+
+
+def create(**fields: Any) -> str:
+    return orjson.dumps({"type": "response.create", **fields}).decode()
+
+
+async def read_turn(ws: aiohttp.ClientWebSocketResponse) -> list[str]:
+    """The messages of one turn: up to its terminal or error event, or the socket's close."""
+    messages: list[str] = []
+    while True:
+        message = await ws.receive(timeout=WS_TIMEOUT_S)
+        if message.type is not aiohttp.WSMsgType.TEXT:
+            return messages
+        messages.append(message.data)
+        if orjson.loads(message.data)["type"] in (*TERMINAL, "error"):
+            return messages
+
+
+async def http_stream_data(
+    client: httpx2.AsyncClient, body: dict[str, Any], headers: dict[str, str]
+) -> list[str]:
+    """The ``data`` of each event the HTTP route streams for ``body``."""
+    response, chunks = await read_stream(client, "responses", {**body, "stream": True}, headers)
+    assert response.status_code == 200
+    decoder = SSEDecoder()
+    return [event.data for chunk in chunks for event in decoder.feed(chunk)] + [
+        event.data for event in decoder.flush()
+    ]
+
+
+async def test_socket_turns_are_the_http_stream_of_the_full_request(
+    upstream: FakeUpstream, client: httpx2.AsyncClient, session: aiohttp.ClientSession
+) -> None:
+    headers = {"x-fake-scenario": "tool_turns", "x-fake-chunk-delay-ms": "1"}
+    first = request("responses")
+    async with session.ws_connect(upstream.url + "/v1/responses", headers=headers) as ws:
+        await ws.send_str(create(**first))
+        turn = await read_turn(ws)
+        assert turn == await http_stream_data(client, first, headers)
+        response = orjson.loads(turn[-1])["response"]
+        [call] = response["output"]
+        result = {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
+        second = {"model": "gpt-test", "tools": first["tools"], "input": [result]}
+        await ws.send_str(create(**second, previous_response_id=response["id"]))
+        turn = await read_turn(ws)
+        full = {
+            **second,
+            "previous_response_id": response["id"],
+            "input": [{"role": "user", "content": first["input"]}, call, result],
+        }
+        assert turn == await http_stream_data(client, full, headers)
+        assert orjson.loads(turn[-1])["type"] == "response.completed"
+    received = [r for r in upstream.requests if r.method == "WEBSOCKET"]
+    assert [r.json["input"] for r in received] == [first["input"], [result]]
+    assert {(r.path, r.headers["x-fake-scenario"]) for r in received} == {
+        ("/v1/responses", "tool_turns")
+    }
+    assert orjson.loads(received[0].body) == received[0].json
+
+
+async def test_socket_turns_are_answered_one_after_another(
+    upstream: FakeUpstream, session: aiohttp.ClientSession
+) -> None:
+    headers = {"x-fake-chunk-delay-ms": "2"}
+    async with session.ws_connect(upstream.url + "/v1/responses", headers=headers) as ws:
+        for word in ("one", "two", "three"):
+            await ws.send_str(create(**request("responses", input=word)))
+        turns = [await read_turn(ws) for _ in range(3)]
+    inputs = [orjson.loads(turn[-1])["response"]["id"] for turn in turns]
+    assert len(set(inputs)) == 3
+    for turn in turns:
+        kinds = [orjson.loads(message)["type"] for message in turn]
+        assert kinds[0] == "response.created"
+        assert kinds.count("response.created") == 1
+        assert kinds[-1] == "response.completed"
+    await wait_until(lambda: upstream.in_flight == 0, "the turns to end")
+
+
+async def test_socket_refused_without_the_api_key(
+    locked: FakeUpstream, session: aiohttp.ClientSession
+) -> None:
+    for headers in ({}, {"authorization": "Bearer sk-wrong"}):
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await session.ws_connect(locked.url + "/v1/responses", headers=headers)
+        assert refused.value.status == 401
+    good = {"authorization": "Bearer sk-secret"}
+    async with session.ws_connect(locked.url + "/v1/responses", headers=good) as ws:
+        await ws.send_str(create(**request("responses")))
+        assert orjson.loads((await read_turn(ws))[-1])["type"] == "response.completed"
+    assert [r.method for r in locked.requests] == ["WEBSOCKET"]
+
+
+async def test_a_plain_get_of_responses_is_still_refused(client: httpx2.AsyncClient) -> None:
+    response = await client.get("/v1/responses")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    # An upgrade without the WebSocket handshake's headers is a bad request.
+    upgrade = {"connection": "upgrade", "upgrade": "websocket"}
+    assert (await client.get("/v1/responses", headers=upgrade)).status_code == 400
+
+
+async def test_truncate_closes_the_socket_mid_turn(
+    upstream: FakeUpstream, session: aiohttp.ClientSession
+) -> None:
+    headers = {"x-fake-scenario": "truncate"}
+    async with session.ws_connect(upstream.url + "/v1/responses", headers=headers) as ws:
+        await ws.send_str(create(**request("responses")))
+        turn = await read_turn(ws)
+        assert turn
+        assert all(orjson.loads(message)["type"] not in TERMINAL for message in turn)
+        assert ws.closed
+        assert ws.close_code == 1011
+    await wait_until(lambda: upstream.in_flight == 0, "the turn to end")
+    await wait_until(lambda: upstream.open_connections == 0, "the connection to close")
+
+
+async def test_disconnect_closes_the_socket_without_an_answer(
+    upstream: FakeUpstream, session: aiohttp.ClientSession
+) -> None:
+    async with session.ws_connect(upstream.url + "/v1/responses") as ws:
+        await ws.send_str(create(**request("responses", model="disconnect")))
+        assert await read_turn(ws) == []
+        assert ws.close_code == 1011
+
+
+async def test_the_socket_survives_an_error_event(
+    upstream: FakeUpstream, session: aiohttp.ClientSession
+) -> None:
+    async with session.ws_connect(upstream.url + "/v1/responses") as ws:
+        await ws.send_str(create(**request("responses", model="http_500")))
+        await ws.send_str("not json")
+        await ws.send_str(create(input="hi", previous_response_id="resp_gone"))
+        errors = [orjson.loads((await read_turn(ws))[0]) for _ in range(3)]
+        assert [(e["type"], e["status"]) for e in errors] == [
+            ("error", 500),
+            ("error", 400),
+            ("error", 400),
+        ]
+        assert errors[0]["error"]["type"] == "server_error"
+        assert errors[1]["error"]["code"] == "invalid_json"
+        assert errors[2]["error"]["code"] == "previous_response_not_found"
+        await ws.send_str(create(**request("responses")))
+        assert orjson.loads((await read_turn(ws))[-1])["type"] == "response.completed"
+    assert [r.json for r in upstream.requests][1] is None  # "not json", noted as it came
+
+
+async def test_a_hanging_turn_ends_when_the_client_closes(
+    upstream: FakeUpstream, session: aiohttp.ClientSession
+) -> None:
+    async with session.ws_connect(upstream.url + "/v1/responses") as ws:
+        await ws.send_str(create(**request("responses", model="hang")))
+        await wait_until(lambda: upstream.in_flight == 1, "the turn to start")
+        assert upstream.open_connections == 1
+    await wait_until(lambda: upstream.in_flight == 0, "the hanging turn to end")
+    await wait_until(lambda: upstream.open_connections == 0, "the connection to close")
+
+
+@pytest.mark.parametrize("reading", [True, False])
+@pytest.mark.parametrize("model", ["gpt-test", "hang"])
+async def test_stop_closes_an_open_socket(model: str, reading: bool) -> None:
+    server = FakeUpstream()
+    await server.start()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(server.url + "/v1/responses") as ws,
+    ):
+        await ws.send_str(create(**request("responses", model=model)))
+        if model == "hang":
+            await wait_until(lambda: server.in_flight == 1, "the turn to start")
+        else:
+            await read_turn(ws)
+        stopping = asyncio.create_task(asyncio.wait_for(server.stop(), WS_TIMEOUT_S))
+        if not reading:
+            # A client that does not read gets the close frame all the same: the connection
+            # closes right after it (the client's own close frame then finds it gone).
+            await stopping
+        message = await ws.receive(timeout=WS_TIMEOUT_S)
+        await stopping
+        assert message.type is aiohttp.WSMsgType.CLOSE
+        assert (message.data, message.extra) == (1001, "the fake upstream is stopping")
+        if reading:  # its reply completed the close handshake
+            assert ws.close_code == 1001
+    assert server.in_flight == 0
+    assert server.open_connections == 0
+    assert asyncio.all_tasks() == {asyncio.current_task()}

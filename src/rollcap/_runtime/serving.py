@@ -225,6 +225,9 @@ def uvicorn_server(
         paced(app),
         loop="uvloop",
         http=_server_protocol(header_timeout_s, listener),
+        # Responses over WebSocket (the model server): the websockets library's sans-I/O
+        # protocol, named rather than left to uvicorn's choice among what is installed.
+        ws="websockets-sansio",
         log_level=log_level,
         access_log=False,
         server_header=False,

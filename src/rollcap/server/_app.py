@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from rollcap._json import load_json_object
 from rollcap._proxy.forward import (
@@ -59,6 +59,7 @@ from rollcap.server._middleware import (
     request_body,
 )
 from rollcap.server._recorder import CallRecorder, LocalReason
+from rollcap.server._socket import RESPONSES_PATH, ResponsesSockets
 from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation
 from rollcap.server._upstream import LOCAL_MODEL, Backend, backend_for
 from rollcap.sse import SSEDecoder, encode_event, is_event_stream
@@ -170,6 +171,10 @@ class _Forwarder:
             connect_timeout_s=self.settings.connect_timeout_s,
             read_timeout_s=self.settings.read_timeout_s,
         )
+
+    def upstream_session(self) -> aiohttp.ClientSession:
+        assert self.session is not None, "the server's lifespan did not start"
+        return self.session
 
     async def stop(self) -> None:
         if self.session is not None:
@@ -424,13 +429,19 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
                 if forwarder.staged is not None:
                     await anyio.to_thread.run_sync(forwarder.staged.close)
 
-    routes = [Route(path, forwarder.forward, methods=["POST"]) for path in DIALECT_ROUTES]
+    routes: list[BaseRoute] = [
+        Route(path, forwarder.forward, methods=["POST"]) for path in DIALECT_ROUTES
+    ]
     routes += [
         Route("/v1/models", forwarder.forward, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/inflight", inflight, methods=["GET"]),
         Route("/inflight/rollouts", inflight_rollouts, methods=["POST"]),
         Route("/metrics", get_metrics, methods=["GET"]),
+        WebSocketRoute(
+            RESPONSES_PATH,
+            ResponsesSockets(lambda: forwarder.backend, forwarder.upstream_session).serve,
+        ),
     ]
     if forwarder.staged is not None:
         from rollcap.staging import MANIFEST_PATH_TEMPLATE

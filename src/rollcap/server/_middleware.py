@@ -61,6 +61,8 @@ DIALECT_ROUTES = {
     "/v1/messages": "messages",
 }
 RECORDER_KEY = "rollcap.recorder"
+# The middleware itself, in a WebSocket's scope: the socket's route records its turns through it.
+CAPTURE_KEY = "rollcap.capture"
 BODY_KEY = "rollcap.body"
 # The call's OpenCall, for the forwarder to tell of the upstream's bytes.
 INFLIGHT_KEY = "rollcap.inflight"
@@ -136,12 +138,26 @@ class CaptureMiddleware:
         quiet_deliberate_breaks()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._socket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         await break_off_on(self._route, scope, receive, send, log)
 
-    def _session_id(self, scope: Scope) -> str | None:
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket: its prefix stripped as a call's is; the socket's route records its
+        turns through this middleware (``_socket``)."""
+        try:
+            _, scope = strip_prefix(scope)
+        except ValueError as exc:
+            log.info("WebSocket %s refused: %s", scope.get("path"), exc)
+            await send({"type": "websocket.close", "code": 1008, "reason": str(exc)[:120]})
+            return
+        await self.app({**scope, CAPTURE_KEY: self}, receive, send)
+
+    def session_id(self, scope: Scope) -> str | None:
         """The first configured session header the request carries (the last value of a
         repeated one, as before)."""
         found: dict[bytes, bytes] = {}
@@ -205,7 +221,7 @@ class CaptureMiddleware:
                 scope, receive = {**scope, BODY_KEY: body}, _replay(body, receive)
             await self.app(scope, receive, send)
             return
-        session_id = self._session_id(scope)
+        session_id = self.session_id(scope)
         recorder = CallRecorder(
             model_call_id=new_model_call_id(),
             dialect=dialect,

@@ -124,6 +124,7 @@ class CallRecorder:
     __slots__ = (
         "_attempted",
         "_body_bytes",
+        "_client_events",
         "_context_exceeded",
         "_decoder",
         "_dialect",
@@ -146,6 +147,7 @@ class CallRecorder:
         "_streaming",
         "_synthetic",
         "_terminal_seen",
+        "_transport",
         "_upstream_status",
         "model_call_id",
         "status_code",
@@ -160,8 +162,12 @@ class CallRecorder:
         start: Clock,
         client_session_id: str | None = None,
         max_response_bytes: int = CAPTURE_MAX_RESPONSE_BYTES,
+        transport: str | None = None,
     ) -> None:
         self.model_call_id = model_call_id
+        self._transport = transport
+        # A WebSocket turn's other client events, as sent (``client_event``).
+        self._client_events: list[dict[str, Any]] = []
         self._dialect = get_dialect(dialect)
         self._server_name = server_name
         self._start = start
@@ -228,6 +234,11 @@ class CallRecorder:
         failure = _UPSTREAM_FAILURES.get(category)
         if failure is not None:
             self.fail(failure)
+
+    def client_event(self, event: dict[str, Any]) -> None:
+        """A client event other than the turn's own ``response.create``, sent on its WebSocket
+        while the turn ran (``response.steer``, ...): kept with the turn, as sent."""
+        self._client_events.append(event)
 
     def gap(self, code: str, detail: str | None = None) -> None:
         """Say what the record lacks or why the call failed, beyond the error category."""
@@ -504,6 +515,8 @@ class CallRecorder:
             response_source=source,
             upstream_status_code=self._upstream_status,
             local_response_reason=None if reason is None else reason.value,
+            transport=self._transport,
+            client_events=list(self._client_events) or None,
         )
 
     def _stream_gaps(self) -> list[Gap]:

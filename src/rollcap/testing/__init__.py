@@ -1,12 +1,13 @@
 """A fake upstream model API for tests, benchmarks and trying rollcap without a real model.
 
 ``FakeUpstream`` is a real HTTP server on 127.0.0.1 that speaks the three dialects as the official
-SDKs expect them: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/chat/completions`` (OpenAI
-Chat Completions), ``POST /v1/messages`` (Anthropic Messages), plus ``GET /v1/models`` and
-``GET /health`` (``in_flight`` requests and ``open_connections``, its own included). Each answers
-non-streamed or, with ``"stream": true``, as the API's SSE stream. A Messages request that asks
-for ``context_management`` (Claude Code's beta) gets ``context_management`` back, on the message
-and, streamed, beside ``delta`` and ``usage`` in ``message_delta``, as the API sends it.
+SDKs expect them: ``POST /v1/responses`` (OpenAI Responses, also over a WebSocket: see below),
+``POST /v1/chat/completions`` (OpenAI Chat Completions), ``POST /v1/messages`` (Anthropic
+Messages), plus ``GET /v1/models`` and ``GET /health`` (``in_flight`` requests and
+``open_connections``, its own included). Each answers non-streamed or, with ``"stream": true``,
+as the API's SSE stream. A Messages request that asks for ``context_management`` (Claude Code's
+beta) gets ``context_management`` back, on the message and, streamed, beside ``delta`` and
+``usage`` in ``message_delta``, as the API sends it.
 
     async with FakeUpstream() as upstream:          # or FakeUpstream.running_in_thread()
         client = openai.AsyncOpenAI(base_url=upstream.url + "/v1", api_key="x")
@@ -44,6 +45,27 @@ a scenario name, else ``text``:
 
 Any scenario also takes ``x-fake-delay-ms`` (before the first byte), ``x-fake-chunk-delay-ms``
 (between stream events) and ``x-fake-cached-tokens`` (default: half the input tokens).
+
+WebSocket mode, as the Responses API has it: ``GET /v1/responses`` upgraded to a WebSocket, with
+the same ``authorization`` as over HTTP (else a 401 answer before the upgrade); the handshake's
+``x-fake-*`` headers apply to every turn. Each client text message ``{"type": "response.create",
+...}`` (a create body without ``stream`` and ``background``) is answered with the events that
+``POST /v1/responses`` with ``"stream": true`` streams for the full request, one JSON object per
+text message; turns are answered one after another, in the order they came. A turn with
+``previous_response_id`` sends only its new input: the socket keeps its last 64 completed (or
+incomplete) responses, and the turn is answered as the whole conversation (their input and
+output, then the new input; ``instructions`` and ``tools`` are the turn's own). With
+``"generate": false`` a turn stores its input without generating (``response.created``, then
+``response.completed`` with an empty ``output`` and usage zeros), for a later turn to continue.
+A ``response.steer`` is taken and not answered (the fake steers nothing). An unknown
+``previous_response_id`` (code ``previous_response_not_found``) or any other message that is
+no ``response.create`` is answered with an error event, ``{"type": "error", "status": 400,
+"error": {"type": "invalid_request_error", "code": ..., "message": ..., "param": ...}}``, an error
+scenario (``http_<status>``, ``context_length``) with one of its status and the ``error`` of its
+HTTP body; the socket stays open. ``truncate`` (the events so far) and ``disconnect`` (no
+event) close the socket with code 1011, ``hang`` sends nothing more on it, ``endless`` is refused
+with an error event, and ``stop()`` closes every socket with code 1001. ``requests`` lists each
+message the socket received, with method ``WEBSOCKET``.
 
 The same request gets the same ids and timestamps, streamed or not, and the non-streamed answer
 is exactly what ``rollcap.dialects.reassemble`` rebuilds from the stream (chat: with
