@@ -103,6 +103,7 @@ PURE = {
     "rollcap.server._inflight",
     "rollcap.server._recorder",
     "rollcap.server._socket_events",
+    "rollcap.server._socket_state",
     "rollcap.server._translating",
     "rollcap.status._board",
     "rollcap.status._rules",

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from rollcap.config import ConfigError, RunSettings, apply_override, load_config, redact
+from rollcap.server import ModelServerSettings
 
 
 def test_override_forms_and_types() -> None:
@@ -186,6 +187,16 @@ def test_the_bounds_have_their_defaults_and_take_overrides() -> None:
     assert settings.header_read_timeout_s == 2.5
 
 
+def test_the_websocket_bounds_have_their_defaults_and_take_overrides() -> None:
+    settings = RunSettings.from_config(load_config(env_file=None))
+    assert (settings.websocket_max_sockets, settings.websocket_max_stored_responses) == (4096, 64)
+    overrides = ["websocket_max_sockets=8", "websocket_max_stored_responses=2"]
+    settings = RunSettings.from_config(load_config(overrides=overrides, env_file=None))
+    assert (settings.websocket_max_sockets, settings.websocket_max_stored_responses) == (8, 2)
+    served = ModelServerSettings.from_run(settings, "vllm_model")
+    assert (served.websocket_max_sockets, served.websocket_max_stored_responses) == (8, 2)
+
+
 @pytest.mark.parametrize(
     ("override", "match"),
     [
@@ -194,6 +205,8 @@ def test_the_bounds_have_their_defaults_and_take_overrides() -> None:
         ("capture_max_response_bytes=true", "capture_max_response_bytes must be a positive"),
         ("header_read_timeout_s=0", "header_read_timeout_s must be a positive number"),
         ("header_read_timeout_s=soon", "header_read_timeout_s must be a positive number"),
+        ("websocket_max_sockets=0", "websocket_max_sockets must be a whole number of at least 1"),
+        ("websocket_max_stored_responses=x", "websocket_max_stored_responses must be a whole"),
     ],
 )
 def test_a_bad_bound_is_a_one_line_error_naming_it(override: str, match: str) -> None:

@@ -29,6 +29,8 @@ __all__ = [
     "DEFAULTS",
     "HEADER_READ_TIMEOUT_S",
     "MAX_REQUEST_BYTES",
+    "WEBSOCKET_MAX_SOCKETS",
+    "WEBSOCKET_MAX_STORED_RESPONSES",
     "ConfigError",
     "LiveStatusSettings",
     "RunSettings",
@@ -44,6 +46,10 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024
 HEADER_READ_TIMEOUT_S = 30.0
 # The request headers a record's client_session_id is read from, first present wins.
 CLIENT_SESSION_HEADERS = ("x-session-id",)
+# Responses WebSockets a model server holds open at once; past it a handshake is answered 503.
+WEBSOCKET_MAX_SOCKETS = 4096
+# The responses a translated model server keeps per WebSocket for previous_response_id.
+WEBSOCKET_MAX_STORED_RESPONSES = 64
 
 DEFAULTS: dict[str, Any] = {
     "observability_enabled": False,
@@ -59,6 +65,8 @@ DEFAULTS: dict[str, Any] = {
     "max_request_bytes": MAX_REQUEST_BYTES,
     "capture_max_response_bytes": CAPTURE_MAX_RESPONSE_BYTES,
     "header_read_timeout_s": HEADER_READ_TIMEOUT_S,
+    "websocket_max_sockets": WEBSOCKET_MAX_SOCKETS,
+    "websocket_max_stored_responses": WEBSOCKET_MAX_STORED_RESPONSES,
     # Request headers read as the call's client_session_id, in order: the first present wins.
     "client_session_headers": list(CLIENT_SESSION_HEADERS),
 }
@@ -189,6 +197,8 @@ class RunSettings:
     header_read_timeout_s: float = HEADER_READ_TIMEOUT_S
     client_session_headers: tuple[str, ...] = CLIENT_SESSION_HEADERS
     live_status: LiveStatusSettings = field(default_factory=LiveStatusSettings)
+    websocket_max_sockets: int = WEBSOCKET_MAX_SOCKETS
+    websocket_max_stored_responses: int = WEBSOCKET_MAX_STORED_RESPONSES
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -231,6 +241,10 @@ class RunSettings:
                 config, "capture_max_response_bytes", CAPTURE_MAX_RESPONSE_BYTES
             ),
             header_read_timeout_s=float(timeout),
+            websocket_max_sockets=_count(config, "websocket_max_sockets", WEBSOCKET_MAX_SOCKETS),
+            websocket_max_stored_responses=_count(
+                config, "websocket_max_stored_responses", WEBSOCKET_MAX_STORED_RESPONSES
+            ),
             client_session_headers=_header_names(
                 config.get("client_session_headers", list(CLIENT_SESSION_HEADERS))
             ),
@@ -266,6 +280,13 @@ def _header_names(raw: object) -> tuple[str, ...]:
     ):
         raise ConfigError(f"client_session_headers must be a list of header names, got {raw!r}")
     return tuple(name.strip().lower() for name in raw)
+
+
+def _count(config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key} must be a whole number of at least 1, got {value!r}")
+    return value
 
 
 def _byte_count(config: Mapping[str, Any], key: str, default: int) -> int:

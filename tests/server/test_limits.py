@@ -245,10 +245,12 @@ async def test_a_big_record_built_off_the_loop_is_whole(
 
 def test_the_bounds_must_be_positive_byte_counts() -> None:
     for bad in (0, -1, True, 1.5):
-        with pytest.raises(ValueError, match="max_request_bytes must be a positive number"):
+        with pytest.raises(ValueError, match="max_request_bytes must be a positive whole number"):
             ModelServerSettings("openai_model", "http://x", max_request_bytes=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="capture_max_response_bytes must be a positive"):
         ModelServerSettings("openai_model", "http://x", capture_max_response_bytes=0)
+    with pytest.raises(ValueError, match="websocket_max_sockets must be a positive"):
+        ModelServerSettings("openai_model", "http://x", websocket_max_sockets=0)
 
 
 __all__ = ["CLIENT_KEY", "UPSTREAM_KEY"]

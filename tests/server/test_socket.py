@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from openai.resources.responses.responses import AsyncResponsesConnection
 from rollcap.dialects import reassemble
 from rollcap.sse import SSEDecoder
 from rollcap.store import CaptureStore
-from rollcap.testing import FakeUpstream
+from rollcap.testing import FakeUpstream, expected_response
 from tests.server.conftest import CLIENT_KEY, UPSTREAM_KEY, model_server, settings_for
 
 TOOLS = [
@@ -301,8 +301,111 @@ async def test_a_refused_handshake_is_answered_with_the_upstreams_status(
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await _raw_socket(session, url + "/ng-rollout/0-0/v1/responses")
         assert refused.value.status == 401
-    translated = settings_for(upstream.url, None, model_type="vllm_model")
-    async with model_server(translated) as url, aiohttp.ClientSession() as session:
+    # Past websocket_max_sockets a handshake is answered 503, and the open one goes on.
+    limited = replace(settings_for(upstream.url, None), websocket_max_sockets=1)
+    async with model_server(limited) as url, aiohttp.ClientSession() as session:
+        first = await _raw_socket(session, url + "/v1/responses")
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-            await _raw_socket(session, url + "/ng-rollout/0-0/v1/responses")
-        assert refused.value.status == 501
+            await _raw_socket(session, url + "/v1/responses")
+        assert refused.value.status == 503
+        await first.send_str(_create())
+        assert (await _until_terminal(first))[-1]["type"] == "response.completed"
+        await first.close()
+        again = await _raw_socket(session, url + "/v1/responses")  # closed: room again
+        await again.close()
+
+
+# -- translated: the server holds the socket's state ------------------------------------------
+
+
+async def test_a_translated_tool_conversation_is_one_whole_chat_call_per_turn(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    capture = tmp_path / "model-calls"
+    settings = settings_for(upstream.url, capture, model_type="vllm_model")
+    async with model_server(settings) as url:
+        turns = await _tool_conversation(url + "/ng-rollout/0-0/v1")
+    chats = [r for r in upstream.requests if r.path == "/v1/chat/completions"]
+    assert len(chats) == TURNS
+    records = _records(capture)
+    assert len(records) == TURNS
+    for index, (record, turn, chat) in enumerate(zip(records, turns, chats, strict=True)):
+        assert chat.json is not None
+        # One complete chat call: the whole conversation so far, the tool results included.
+        tool_results = [m for m in chat.json["messages"] if m["role"] == "tool"]
+        assert len(tool_results) == index
+        assert chat.json["stream"] is True
+        assert record["transport"] == "websocket"
+        assert record["request"] == {k: v for k, v in turn.sent.items() if k != "type"}
+        assert (record["status_code"], record["error_category"]) == (200, None)
+        assert record["response"] == _completed(turn)
+        events = SSEDecoder().feed(record["response_raw"].encode())
+        assert [e.data.encode() for e in events] == turn.messages
+        # What the upstream answered, in the Responses dialect.
+        expected = expected_response("chat", chat.json, chat.headers)["choices"][0]["message"]
+        output = record["response"]["output"]
+        if expected.get("tool_calls"):
+            (call,) = [item for item in output if item["type"] == "function_call"]
+            function = expected["tool_calls"][0]["function"]
+            assert (call["name"], call["arguments"]) == (function["name"], function["arguments"])
+        else:
+            (message,) = output
+            assert message["content"][0]["text"] == expected["content"]
+
+
+async def test_a_translated_socket_keeps_bounded_state_and_answers_its_errors(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    capture = tmp_path / "model-calls"
+    settings = replace(
+        settings_for(upstream.url, capture, model_type="vllm_model"),
+        websocket_max_stored_responses=2,
+    )
+    async with model_server(settings) as url, aiohttp.ClientSession() as session:
+        socket = await _raw_socket(session, url + "/ng-rollout/6-0/v1/responses")
+        # generate: false keeps the state and calls nothing upstream.
+        await socket.send_str(_create(generate=False, instructions="Be brief."))
+        warm = await _until_terminal(socket)
+        assert [e["type"] for e in warm] == ["response.created", "response.completed"]
+        assert warm[-1]["response"]["output"] == []
+        assert not [r for r in upstream.requests if r.path == "/v1/chat/completions"]
+        ids = [warm[-1]["response"]["id"]]
+        for word in ("one", "two", "three"):
+            await socket.send_str(_create(previous_response_id=ids[-1], input=word))
+            events = await _until_terminal(socket)
+            assert events[-1]["type"] == "response.completed"
+            ids.append(events[-1]["response"]["id"])
+        chats = [r.json for r in upstream.requests if r.path == "/v1/chat/completions"]
+        assert [m["content"] for m in chats[-1]["messages"] if m["role"] == "user"] == [
+            "hi",
+            "one",
+            "two",
+            "three",
+        ]
+        # Only the last two responses are kept: the first is gone, as the provider's would be.
+        await socket.send_str(_create(previous_response_id=ids[0]))
+        (gone,) = await _until_terminal(socket)
+        assert gone["error"]["code"] == "previous_response_not_found"
+        # A request the translation refuses is the API's error event; the socket goes on.
+        await socket.send_str(_create(conversation="conv_1"))
+        (refused,) = await _until_terminal(socket)
+        assert (refused["status"], refused["error"]["type"]) == (400, "invalid_request_error")
+        await socket.send_str(_create(model="http_500"))
+        (failed,) = await _until_terminal(socket)
+        assert failed["status"] == 500
+        await socket.close()
+    records = _records(capture, "6-0")
+    summary = [
+        (r["status_code"], r["error_category"], r.get("local_response_reason")) for r in records
+    ]
+    assert summary == [
+        (200, None, "state_only"),
+        (200, None, None),
+        (200, None, None),
+        (200, None, None),
+        (400, "client_error", "invalid_request"),
+        (400, "client_error", "invalid_request"),
+        (500, "upstream_error", None),
+    ]
+    assert records[0]["upstream_attempted"] is False
+    assert all(r["transport"] == "websocket" for r in records)

@@ -33,6 +33,8 @@ from rollcap._proxy.relay import StreamResponse
 from rollcap.config import (
     CLIENT_SESSION_HEADERS,
     MAX_REQUEST_BYTES,
+    WEBSOCKET_MAX_SOCKETS,
+    WEBSOCKET_MAX_STORED_RESPONSES,
     LiveStatusSettings,
     RunSettings,
     TokenCaptureSettings,
@@ -60,7 +62,7 @@ from rollcap.server._middleware import (
 )
 from rollcap.server._recorder import CallRecorder, LocalReason
 from rollcap.server._socket import RESPONSES_PATH, ResponsesSockets
-from rollcap.server._translating import TO_CHAT, StreamTranslator, Translation
+from rollcap.server._translating import CHAT_PATH, TO_CHAT, StreamTranslator, Translation
 from rollcap.server._upstream import LOCAL_MODEL, Backend, backend_for
 from rollcap.sse import SSEDecoder, encode_event, is_event_stream
 from rollcap.store import CaptureStore
@@ -69,8 +71,6 @@ if TYPE_CHECKING:
     from rollcap.server._staged import StagedCalls
 
 __all__ = ["ModelServerSettings", "create_model_app"]
-
-CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +98,20 @@ class ModelServerSettings:
     client_session_headers: tuple[str, ...] = CLIENT_SESSION_HEADERS
     # The thresholds of the states /inflight gives (stalled, cancelled's linger).
     live_status: LiveStatusSettings = field(default_factory=LiveStatusSettings)
+    # Responses WebSockets open at once, and the responses a translated one keeps.
+    websocket_max_sockets: int = WEBSOCKET_MAX_SOCKETS
+    websocket_max_stored_responses: int = WEBSOCKET_MAX_STORED_RESPONSES
 
     def __post_init__(self) -> None:
-        for key in ("max_request_bytes", "capture_max_response_bytes"):
+        for key in (
+            "max_request_bytes",
+            "capture_max_response_bytes",
+            "websocket_max_sockets",
+            "websocket_max_stored_responses",
+        ):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be a positive number of bytes, got {value!r}")
+                raise ValueError(f"{key} must be a positive whole number, got {value!r}")
         staging = self.token_capture
         if staging.external_staging:
             if self.model_type != "vllm_model":
@@ -146,6 +154,8 @@ class ModelServerSettings:
             capture_max_response_bytes=run.capture_max_response_bytes,
             client_session_headers=run.client_session_headers,
             live_status=run.live_status,
+            websocket_max_sockets=run.websocket_max_sockets,
+            websocket_max_stored_responses=run.websocket_max_stored_responses,
         )
 
 
@@ -440,7 +450,12 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
         Route("/metrics", get_metrics, methods=["GET"]),
         WebSocketRoute(
             RESPONSES_PATH,
-            ResponsesSockets(lambda: forwarder.backend, forwarder.upstream_session).serve,
+            ResponsesSockets(
+                lambda: forwarder.backend,
+                forwarder.upstream_session,
+                max_sockets=settings.websocket_max_sockets,
+                max_stored_responses=settings.websocket_max_stored_responses,
+            ).serve,
         ),
     ]
     if forwarder.staged is not None:

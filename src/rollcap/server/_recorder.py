@@ -67,6 +67,7 @@ class LocalReason(enum.StrEnum):
     UPSTREAM_ANSWER_INVALID = "upstream_answer_invalid"  # an answer the server could not use
     TOKEN_CAPTURE_FAILED = "token_capture_failed"  # RL staging failed the call closed
     SERVER_ERROR = "server_error"  # a bug or unexpected error inside the server
+    STATE_ONLY = "state_only"  # a WebSocket turn with generate: false: state kept, no answer
 
 
 # The server's own answer to a failure noted before the response started.

@@ -29,37 +29,47 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 import aiohttp
 import orjson
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
-from rollcap.dialects import get_dialect
+from rollcap._json import load_json_object
+from rollcap._proxy.forward import UpstreamFailure, open_upstream, relay, upstream_failures
+from rollcap._proxy.relay import UpstreamBroke
+from rollcap.config import WEBSOCKET_MAX_SOCKETS, WEBSOCKET_MAX_STORED_RESPONSES
+from rollcap.dialects import context_length_exceeded, error_message, get_dialect
 from rollcap.records import TRANSPORT_WEBSOCKET
 from rollcap.routing import SCOPE_ROLLOUT_ID_KEY
 from rollcap.server._answers import error_body
 from rollcap.server._fresh import new_model_call_id, now
 from rollcap.server._inflight import OpenCall
 from rollcap.server._middleware import CAPTURE_KEY, CaptureMiddleware
-from rollcap.server._recorder import CallFailure, CallRecorder
+from rollcap.server._recorder import CallFailure, CallRecorder, LocalReason
 from rollcap.server._socket_events import (
     BEFORE_OUTPUT,
     CREATE,
     ERROR,
+    ClientEvent,
     SocketEventError,
     error_event,
     read_client_event,
     read_server_event,
     sse_frame,
 )
+from rollcap.server._socket_state import PreviousResponseNotFound, SocketState, prepared_response
+from rollcap.server._translating import CHAT_PATH, Translation
 from rollcap.server._upstream import Backend
 from rollcap.server._writer import RecordWriter
-from rollcap.sse import SSEEvent
+from rollcap.sse import SSEDecoder, SSEEvent, is_event_stream
 
-__all__ = ["RESPONSES_PATH", "ResponsesSockets"]
+__all__ = [
+    "RESPONSES_PATH",
+    "ResponsesSockets",
+]
 
 log = logging.getLogger("rollcap.server")
 
@@ -79,37 +89,46 @@ class _Turn:
 
 @dataclass(slots=True)
 class ResponsesSockets:
-    """The model server's ``/v1/responses`` WebSocket route (``serve``); ``session`` gives the
-    forwarder's aiohttp session, which opens the upstream sockets."""
+    """The model server's ``/v1/responses`` WebSocket route (``serve``). ``forwarder`` gives the
+    backend and the aiohttp session that reaches the upstream; at most ``max_sockets`` are open
+    at once, and a translated socket keeps at most ``max_stored_responses`` responses."""
 
     backend: Callable[[], Backend]
     session: Callable[[], aiohttp.ClientSession]
-    _open: set[asyncio.Task[None]] = field(default_factory=set)
+    max_sockets: int = WEBSOCKET_MAX_SOCKETS
+    max_stored_responses: int = WEBSOCKET_MAX_STORED_RESPONSES
+    open: int = 0
 
     async def serve(self, websocket: WebSocket) -> None:
-        capture: CaptureMiddleware = websocket.scope[CAPTURE_KEY]
-        rollout_id: str | None = websocket.scope.get(SCOPE_ROLLOUT_ID_KEY)
-        backend = self.backend()
-        if backend.translate_to_chat:
-            message = (
-                "Responses over WebSocket is not served for this model server's type: its "
-                "upstream speaks Chat Completions; use POST /v1/responses"
+        if self.open >= self.max_sockets:
+            await _refuse(
+                websocket,
+                503,
+                f"this model server has {self.open} WebSockets open, its limit "
+                f"(websocket_max_sockets={self.max_sockets}); close one or use POST /v1/responses",
             )
-            await _refuse(websocket, 501, message)
             return
+        self.open += 1
+        try:
+            backend = self.backend()
+            if backend.translate_to_chat:
+                await websocket.accept()
+                turns = _TranslatedSocket(websocket, backend, self.session(), self)
+                await turns.run()
+            else:
+                await self._pass_through(websocket, backend)
+        finally:
+            self.open -= 1
+
+    async def _pass_through(self, websocket: WebSocket, backend: Backend) -> None:
+        rollout_id: str | None = websocket.scope.get(SCOPE_ROLLOUT_ID_KEY)
         query = websocket.scope.get("query_string", b"").decode("latin-1")
         url = backend.url_for(RESPONSES_PATH, rollout_id, query)
-        # The handshake's own headers are the upstream connection's, made by its client.
-        client_headers = [
-            (name, value)
-            for name, value in websocket.headers.items()
-            if not name.lower().startswith("sec-websocket-")
-        ]
         protocols = websocket.scope.get("subprotocols") or ()
         try:
             upstream = await self.session().ws_connect(
                 url,
-                headers=backend.headers(client_headers),
+                headers=backend.headers(_client_headers(websocket)),
                 protocols=tuple(protocols),
                 max_msg_size=UPSTREAM_MAX_MESSAGE_BYTES,
                 autoping=True,
@@ -123,13 +142,24 @@ class ResponsesSockets:
             return
         try:
             await websocket.accept(subprotocol=upstream.protocol)
-            await _Relay(capture, rollout_id, websocket, upstream).run()
+            await _Relay(websocket, upstream).run()
         finally:
             await upstream.close()
 
 
+def _client_headers(websocket: WebSocket) -> list[tuple[str, str]]:
+    """The handshake's headers as a call's: its own (``sec-websocket-*``) belong to the
+    connection, and the upstream connection makes its own."""
+    return [
+        (name, value)
+        for name, value in websocket.headers.items()
+        if not name.lower().startswith("sec-websocket-")
+    ]
+
+
 async def _refuse(websocket: WebSocket, status: int, message: str) -> None:
     """Answer the handshake with ``status`` and the error, before the socket opens."""
+    log.info("WebSocket %s refused (%d): %s", websocket.scope.get("path"), status, message)
     kind = "invalid_request_error" if 400 <= status < 500 else "api_error"
     body = error_body("responses", kind, message)
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
@@ -140,70 +170,19 @@ async def _refuse(websocket: WebSocket, status: int, message: str) -> None:
         await websocket.close(code=1011, reason=message[:120])
 
 
-class _Relay:
-    """One client socket and its upstream socket while both are open."""
+class _Turns:
+    """A client socket's turns, oldest first, each an open call and (captured) a recorder: the
+    events of the oldest go into its record, and its terminal event waits for the record."""
 
-    def __init__(
-        self,
-        capture: CaptureMiddleware,
-        rollout_id: str | None,
-        client: WebSocket,
-        upstream: aiohttp.ClientWebSocketResponse,
-    ) -> None:
-        self._capture = capture
-        self._state = capture.state
-        self._rollout_id = rollout_id
+    def __init__(self, client: WebSocket) -> None:
         self._client = client
-        self._upstream = upstream
+        self._capture: CaptureMiddleware = client.scope[CAPTURE_KEY]
+        self._state = self._capture.state
+        self._rollout_id: str | None = client.scope.get(SCOPE_ROLLOUT_ID_KEY)
         self._turns: deque[_Turn] = deque()
-        self._session_id = capture.session_id(client.scope)
+        self._session_id = self._capture.session_id(client.scope)
 
-    async def run(self) -> None:
-        from_client = asyncio.ensure_future(self._from_client())
-        from_upstream = asyncio.ensure_future(self._from_upstream())
-        try:
-            done, _ = await asyncio.wait(
-                (from_client, from_upstream), return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            for task in (from_client, from_upstream):
-                task.cancel()
-            await asyncio.gather(from_client, from_upstream, return_exceptions=True)
-        if from_client in done and from_client.exception() is None:
-            await self._end_turns(CallFailure.CANCELLED)
-            return
-        await self._end_turns(None)
-        code = self._upstream.close_code or 1011
-        with contextlib.suppress(Exception):
-            await self._client.close(code=code if code != 1005 else 1000)
-
-    # -- client to upstream
-
-    async def _from_client(self) -> None:
-        receive = self._client.receive
-        upstream = self._upstream
-        while True:
-            message = await receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            text: str | None = message.get("text")
-            if text is None:
-                data: bytes = message.get("bytes") or b""
-                await upstream.send_bytes(data)
-                continue
-            try:
-                event = read_client_event(text)
-            except SocketEventError as exc:
-                await self._client.send_text(error_event(400, exc.code, str(exc)).decode())
-                continue
-            if event.type == CREATE:
-                assert event.body is not None
-                self._open_turn(event.body)
-            elif self._turns and self._turns[0].recorder is not None:
-                self._turns[0].recorder.client_event(event.event)
-            await upstream.send_str(text)
-
-    def _open_turn(self, body: bytes) -> None:
+    def _open_turn(self, body: bytes) -> _Turn:
         clock = now()
         state = self._state
         inflight = state.inflight.open(
@@ -223,26 +202,23 @@ class _Relay:
                 transport=TRANSPORT_WEBSOCKET,
             )
             recorder.request(body)
-            recorder.upstream_attempt()
             inflight.model_call_id = recorder.model_call_id
-        self._turns.append(_Turn(inflight, recorder))
+        turn = _Turn(inflight, recorder)
+        self._turns.append(turn)
+        return turn
 
-    # -- upstream to client
+    def _client_event(self, event: dict[str, Any]) -> None:
+        """A client event other than ``response.create``: kept with the turn it steers."""
+        if self._turns and self._turns[0].recorder is not None:
+            self._turns[0].recorder.client_event(event)
 
-    async def _from_upstream(self) -> None:
-        async for message in self._upstream:
-            if message.type is aiohttp.WSMsgType.TEXT:
-                await self._server_text(message.data)
-            elif message.type is aiohttp.WSMsgType.BINARY:
-                await self._client.send_bytes(message.data)
-            else:  # closed, closing or broken: the relay ends
-                return
-
-    async def _server_text(self, data: str) -> None:
+    async def _event(self, data: str, local: LocalReason | None = None) -> bool:
+        """One server event to the client, into the oldest open turn's record; true when it
+        ended that turn. ``local``: the server answers the turn itself, for that reason."""
         turn = self._turns[0] if self._turns else None
         if turn is None:
             await self._client.send_text(data)
-            return
+            return False
         mono = time.monotonic()
         size = len(data)
         call = turn.inflight
@@ -255,7 +231,10 @@ class _Relay:
             status = (event.status or 500) if failed else 200
             call.answer_started(status, streamed=not failed)
             if recorder is not None:
-                recorder.upstream_status(status)
+                if local is not None:
+                    recorder.answered_locally(local)
+                else:
+                    recorder.upstream_status(status)
                 recorder.response_start(status, _JSON_HEADERS if failed else _SSE_HEADERS)
                 if failed:
                     # Answered with an error at once: recorded as an HTTP call answered with
@@ -274,7 +253,7 @@ class _Relay:
         if not terminal:
             await self._client.send_text(data)
             call.client(time.monotonic(), size, last=False)
-            return
+            return False
         self._turns.popleft()
         try:
             if recorder is not None:
@@ -284,9 +263,10 @@ class _Relay:
             call.client(time.monotonic(), size, last=True)
         finally:
             self._close(call)
+        return True
 
     def _writer(self) -> RecordWriter:
-        writer = self._state.writer
+        writer: RecordWriter | None = self._state.writer
         assert writer is not None  # a turn is only recorded with capture on
         return writer
 
@@ -313,8 +293,267 @@ class _Relay:
         if state.call_ended is not None:
             state.call_ended(call)
 
+    async def _refused(self, error: SocketEventError) -> None:
+        """A message that is no event: the server's own error event, sent nowhere else."""
+        await self._client.send_text(error_event(400, error.code, str(error)).decode())
+
+
+class _Relay(_Turns):
+    """One client socket and its upstream socket while both are open."""
+
+    def __init__(self, client: WebSocket, upstream: aiohttp.ClientWebSocketResponse) -> None:
+        super().__init__(client)
+        self._upstream = upstream
+
+    async def run(self) -> None:
+        from_client = asyncio.ensure_future(self._from_client())
+        from_upstream = asyncio.ensure_future(self._from_upstream())
+        try:
+            done, _ = await asyncio.wait(
+                (from_client, from_upstream), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for task in (from_client, from_upstream):
+                task.cancel()
+            await asyncio.gather(from_client, from_upstream, return_exceptions=True)
+        if from_client in done and from_client.exception() is None:
+            await self._end_turns(CallFailure.CANCELLED)
+            return
+        await self._end_turns(None)
+        code = self._upstream.close_code or 1011
+        with contextlib.suppress(Exception):
+            await self._client.close(code=code if code != 1005 else 1000)
+
+    async def _from_client(self) -> None:
+        receive = self._client.receive
+        upstream = self._upstream
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text: str | None = message.get("text")
+            if text is None:
+                data: bytes = message.get("bytes") or b""
+                await upstream.send_bytes(data)
+                continue
+            try:
+                event = read_client_event(text)
+            except SocketEventError as exc:
+                await self._refused(exc)
+                continue
+            if event.type == CREATE:
+                assert event.body is not None
+                turn = self._open_turn(event.body)
+                if turn.recorder is not None:
+                    turn.recorder.upstream_attempt()
+            else:
+                self._client_event(event.event)
+            await upstream.send_str(text)
+
+    async def _from_upstream(self) -> None:
+        async for message in self._upstream:
+            if message.type is aiohttp.WSMsgType.TEXT:
+                await self._event(message.data)
+            elif message.type is aiohttp.WSMsgType.BINARY:
+                await self._client.send_bytes(message.data)
+            else:  # closed, closing or broken: the relay ends
+                return
+
+
+class _TranslatedSocket(_Turns):
+    """A client socket answered turn by turn through a Chat Completions upstream, the socket's
+    state held here (``SocketState``): each turn one complete chat call."""
+
+    def __init__(
+        self,
+        client: WebSocket,
+        backend: Backend,
+        session: aiohttp.ClientSession,
+        limits: ResponsesSockets,
+    ) -> None:
+        super().__init__(client)
+        self._backend = backend
+        self._session = session
+        self._conversation = SocketState(limits.max_stored_responses)
+        # Turns are answered one at a time, in order; a few may wait, then the client waits.
+        self._waiting: asyncio.Queue[ClientEvent] = asyncio.Queue(_WAITING_TURNS)
+
+    async def run(self) -> None:
+        reader = asyncio.ensure_future(self._read())
+        answering = asyncio.ensure_future(self._answer_all())
+        try:
+            await asyncio.wait((reader, answering), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reader, answering):
+                task.cancel()
+            await asyncio.gather(reader, answering, return_exceptions=True)
+        await self._end_turns(CallFailure.CANCELLED)
+
+    async def _read(self) -> None:
+        while True:
+            message = await self._client.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text: str | None = message.get("text")
+            if text is None:
+                await self._refused(
+                    SocketEventError("binary messages are not events", "invalid_event")
+                )
+                continue
+            try:
+                event = read_client_event(text)
+            except SocketEventError as exc:
+                await self._refused(exc)
+                continue
+            if event.type == CREATE:
+                await self._waiting.put(event)
+            else:
+                # Nothing to steer here: the turn answers in one chat call; kept with it.
+                self._client_event(event.event)
+
+    async def _answer_all(self) -> None:
+        while True:
+            event = await self._waiting.get()
+            assert event.body is not None
+            self._open_turn(event.body)
+            await self._answer(event.event)
+
+    async def _answer(self, event: dict[str, object]) -> None:
+        request = {key: value for key, value in event.items() if key != "type"}
+        generate = request.pop("generate", True)
+        try:
+            full = self._conversation.expand(request)
+        except PreviousResponseNotFound as exc:
+            await self._local_error(
+                400, "previous_response_not_found", str(exc), LocalReason.INVALID_REQUEST
+            )
+            return
+        except ValueError as exc:
+            await self._local_error(
+                400, "invalid_request_error", str(exc), LocalReason.INVALID_REQUEST
+            )
+            return
+        if generate is False:
+            await self._prepare(full)
+            return
+        full["stream"] = True
+        try:
+            translation = Translation(
+                "responses", full, answer_id=new_model_call_id(), created=time.time()
+            )
+        except ValueError as exc:
+            await self._local_error(
+                400, "invalid_request_error", f"invalid request: {exc}", LocalReason.INVALID_REQUEST
+            )
+            return
+        turn = self._turns[0]
+        if turn.recorder is not None:
+            turn.recorder.upstream_attempt()
+        body = orjson.dumps(translation.chat_request)
+        headers = self._backend.headers(_client_headers(self._client), content_type=_JSON)
+        url = self._backend.url_for(CHAT_PATH, self._rollout_id)
+        try:
+            upstream = await open_upstream(self._session, "POST", url, body, headers)
+        except UpstreamFailure as failure:
+            await self._failed(failure)
+            return
+        if turn.recorder is not None:
+            turn.recorder.upstream_status(upstream.status)
+        if not (200 <= upstream.status < 300 and is_event_stream(upstream.headers.get(_CT))):
+            await self._upstream_error(upstream)
+            return
+        await self._stream(upstream, translation, full)
+
+    async def _stream(
+        self, upstream: aiohttp.ClientResponse, translation: Translation, full: dict[str, object]
+    ) -> None:
+        translator = translation.stream()
+        decoder = SSEDecoder()
+        turn = self._turns[0]
+        try:
+            async with contextlib.aclosing(relay(upstream, turn.inflight)) as chunks:
+                async for chunk in chunks:
+                    for event in decoder.feed(chunk):
+                        for out in translator.feed(event):
+                            if await self._translated(out, full):
+                                return
+        except UpstreamBroke:
+            pass  # what came is what the record holds: it says truncated
+        else:
+            for out in [e for event in decoder.flush() for e in translator.feed(event)]:
+                if await self._translated(out, full):
+                    return
+            for out in translator.finish():
+                if await self._translated(out, full):
+                    return
+        # The upstream's answer ended without the turn's terminal event.
+        await self._end_turns(None)
+        message = "upstream broke off its answer"
+        await self._client.send_text(error_event(502, "upstream_error", message).decode())
+
+    async def _translated(self, event: SSEEvent, full: dict[str, object]) -> bool:
+        if event.event in _REMEMBERED:
+            completed = orjson.loads(event.data)
+            response = completed.get("response") if isinstance(completed, dict) else None
+            if isinstance(response, dict) and isinstance(response.get("id"), str):
+                output = response.get("output")
+                self._conversation.remember(
+                    response["id"], full, output if isinstance(output, list) else []
+                )
+        return await self._event(event.data)
+
+    async def _upstream_error(self, upstream: aiohttp.ClientResponse) -> None:
+        """The chat upstream's error answer, as the API's error event on the socket."""
+        status = upstream.status
+        try:
+            with upstream_failures(answering=True):
+                raw = await upstream.read()
+        except UpstreamFailure as failure:
+            await self._failed(failure)
+            return
+        finally:
+            upstream.release()
+        turn = self._turns[0]
+        if turn.recorder is not None and context_length_exceeded(status, load_json_object(raw)):
+            turn.recorder.context_exceeded()
+        parsed = load_json_object(raw)
+        error = parsed.get("error") if parsed is not None else None
+        if not isinstance(error, dict):
+            message = error_message(parsed) if parsed is not None else None
+            text = message or raw.decode("utf-8", errors="replace")
+            error = {"type": "api_error", "code": None, "message": text, "param": None}
+        await self._event(orjson.dumps({"type": ERROR, "status": status, "error": error}).decode())
+
+    async def _local_error(self, status: int, code: str, message: str, reason: LocalReason) -> None:
+        """The server answers the turn with an error event of its own, for ``reason``."""
+        await self._event(error_event(status, code, message).decode(), local=reason)
+
+    async def _failed(self, failure: UpstreamFailure) -> None:
+        """No answer from the upstream: the turn's error event is the server's own."""
+        turn = self._turns[0]
+        if turn.recorder is not None and failure.category is not None:
+            turn.recorder.upstream_failed(failure.category)
+        reason = (
+            LocalReason.UPSTREAM_TIMEOUT if failure.timed_out else LocalReason.UPSTREAM_UNREACHABLE
+        )
+        await self._local_error(failure.status, failure.kind, str(failure), reason)
+
+    async def _prepare(self, full: dict[str, object]) -> None:
+        """``generate: false``: the state is kept and nothing is generated or sent upstream."""
+        response_id = f"resp_{new_model_call_id()}"
+        self._conversation.remember(response_id, full, [])
+        response = prepared_response(response_id, full, time.time())
+        created = {"type": "response.created", "response": {**response, "status": "in_progress"}}
+        completed = {"type": "response.completed", "response": response}
+        await self._event(orjson.dumps(created).decode(), local=LocalReason.STATE_ONLY)
+        await self._event(orjson.dumps(completed).decode(), local=LocalReason.STATE_ONLY)
+
 
 _RESPONSES: Final = get_dialect("responses")
+_REMEMBERED: Final = frozenset({"response.completed", "response.incomplete"})
+_JSON: Final = "application/json"
+_CT: Final = "content-type"
+_WAITING_TURNS: Final = 8
 
 
 def _error_body(data: str) -> bytes:

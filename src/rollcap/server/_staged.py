@@ -47,7 +47,7 @@ from rollcap.server._answers import error_response, read_whole, upstream_error
 from rollcap.server._fresh import new_model_call_id
 from rollcap.server._middleware import request_body
 from rollcap.server._recorder import CallFailure, CallRecorder, LocalReason
-from rollcap.server._translating import Translation
+from rollcap.server._translating import CHAT_PATH, Translation
 from rollcap.server._writer import RecordWriter
 from rollcap.sse import SSEEvent, encode_event
 from rollcap.staging import (
@@ -82,7 +82,6 @@ __all__ = ["StagedCalls"]
 
 log = logging.getLogger("rollcap.server")
 
-CHAT_PATH = "/v1/chat/completions"
 
 Opener = Callable[
     [Request, str, bytes, str | None, CallRecorder | None],

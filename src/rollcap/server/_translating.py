@@ -24,7 +24,10 @@ from rollcap.translate import (
     responses_request_to_chat,
 )
 
-__all__ = ["TO_CHAT", "StreamTranslator", "Translation", "error_for_client"]
+__all__ = ["CHAT_PATH", "TO_CHAT", "StreamTranslator", "Translation", "error_for_client"]
+
+# Where a translated call goes upstream.
+CHAT_PATH = "/v1/chat/completions"
 
 TO_CHAT: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "responses": responses_request_to_chat,
