@@ -19,6 +19,7 @@ import pytest
 from openai.resources.responses.responses import AsyncResponsesConnection
 
 from rollcap.dialects import reassemble
+from rollcap.server._socket import MAX_OPEN_TURNS
 from rollcap.sse import SSEDecoder
 from rollcap.store import CaptureStore
 from rollcap.testing import FakeUpstream, expected_response
@@ -409,3 +410,51 @@ async def test_a_translated_socket_keeps_bounded_state_and_answers_its_errors(
     ]
     assert records[0]["upstream_attempted"] is False
     assert all(r["transport"] == "websocket" for r in records)
+
+
+async def test_turns_past_the_bound_are_refused_and_a_closed_socket_ends_its_turns(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    capture = tmp_path / "model-calls"
+    async with model_server(settings_for(upstream.url, capture)) as url:
+        async with aiohttp.ClientSession() as session:
+            # The upstream answers nothing: every turn sent waits, up to the bound.
+            socket = await _raw_socket(session, url + "/ng-rollout/7-0/v1/responses")
+            for _ in range(MAX_OPEN_TURNS + 1):
+                await socket.send_str(_create(model="hang"))
+            (refused,) = await _until_terminal(socket)
+            assert refused["error"]["code"] == "too_many_turns"
+            await socket.close()
+        for _ in range(500):
+            if len(_records(capture, "7-0")) == MAX_OPEN_TURNS:
+                break
+            await asyncio.sleep(0.02)
+        records = _records(capture, "7-0")
+        assert len(records) == MAX_OPEN_TURNS
+        assert {r["error_category"] for r in records} == {"cancelled"}
+
+
+async def test_a_translated_turn_whose_client_leaves_is_cancelled(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    capture = tmp_path / "model-calls"
+    settings = settings_for(upstream.url, capture, model_type="vllm_model")
+    async with model_server(settings) as url, aiohttp.ClientSession() as session:
+        socket = await _raw_socket(
+            session,
+            url + "/ng-rollout/8-0/v1/responses",
+            **{"x-fake-events": "40", "x-fake-chunk-delay-ms": "100"},
+        )
+        await socket.send_str(_create())
+        first = await asyncio.wait_for(socket.receive(), 10)
+        assert orjson.loads(first.data)["type"] == "response.created"
+        await socket.close()
+        for _ in range(500):
+            if _records(capture, "8-0"):
+                break
+            await asyncio.sleep(0.02)
+        (record,) = _records(capture, "8-0")
+        assert record["error_category"] == "cancelled"
+        assert record["upstream_attempted"] is True
+        async with session.get(url + "/inflight") as response:
+            assert (await response.json())["open"] == 0

@@ -67,6 +67,7 @@ from rollcap.server._writer import RecordWriter
 from rollcap.sse import SSEDecoder, SSEEvent, is_event_stream
 
 __all__ = [
+    "MAX_OPEN_TURNS",
     "RESPONSES_PATH",
     "ResponsesSockets",
 ]
@@ -343,6 +344,12 @@ class _Relay(_Turns):
                 continue
             if event.type == CREATE:
                 assert event.body is not None
+                if len(self._turns) >= MAX_OPEN_TURNS:
+                    # A client that sends turns faster than they are answered waits for them;
+                    # one that does not is told so, and what it sent goes nowhere.
+                    why = f"at most {MAX_OPEN_TURNS} turns may wait on one socket"
+                    await self._refused(SocketEventError(why, "too_many_turns"))
+                    continue
                 turn = self._open_turn(event.body)
                 if turn.recorder is not None:
                     turn.recorder.upstream_attempt()
@@ -554,6 +561,8 @@ _REMEMBERED: Final = frozenset({"response.completed", "response.incomplete"})
 _JSON: Final = "application/json"
 _CT: Final = "content-type"
 _WAITING_TURNS: Final = 8
+# Turns sent and not yet answered on one pass-through socket, at most.
+MAX_OPEN_TURNS: Final = 64
 
 
 def _error_body(data: str) -> bytes:
