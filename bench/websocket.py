@@ -67,7 +67,7 @@ async def _socket_conversation(
         }
         while True:
             start = time.perf_counter()
-            await socket.send_bytes(orjson.dumps(event))
+            await socket.send_str(orjson.dumps(event).decode())
             while True:
                 message = orjson.loads((await socket.receive()).data)
                 if message["type"] in TERMINAL:
@@ -198,8 +198,8 @@ def main() -> None:
                 f"{socket['conversation_p50'] / http['conversation_p50']:.2f}, "
                 f"turns/s {socket['turns_per_s'] / http['turns_per_s']:.2f}"
             )
-        records = sum(1 for p in capture_dir.iterdir() for _ in p.open("rb"))
-        print(f"capture on wrote {records} records")
+        written = {p.name: sum(1 for _ in p.open("rb")) for p in sorted(capture_dir.iterdir())}
+        print(f"capture on wrote {written}")
     finally:
         shutil.rmtree(capture_dir, ignore_errors=True)
 

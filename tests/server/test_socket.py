@@ -458,3 +458,19 @@ async def test_a_translated_turn_whose_client_leaves_is_cancelled(
         assert record["upstream_attempted"] is True
         async with session.get(url + "/inflight") as response:
             assert (await response.json())["open"] == 0
+
+
+async def test_an_event_in_a_binary_message_is_a_turn_as_well(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    capture = tmp_path / "model-calls"
+    async with model_server(settings_for(upstream.url, capture)) as url:
+        async with aiohttp.ClientSession() as session:
+            socket = await _raw_socket(session, url + "/ng-rollout/9-0/v1/responses")
+            await socket.send_bytes(_create().encode())
+            assert (await _until_terminal(socket))[-1]["type"] == "response.completed"
+            await socket.close()
+        (record,) = _records(capture, "9-0")
+        assert record["request"]["input"] == "hi"
+    received = [r for r in upstream.requests if r.method == "WEBSOCKET"]
+    assert [r.json for r in received] == [orjson.loads(_create())]

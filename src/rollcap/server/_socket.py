@@ -332,13 +332,12 @@ class _Relay(_Turns):
             message = await receive()
             if message["type"] == "websocket.disconnect":
                 return
+            # An event may come as a binary message too: it is read the same, and goes on as
+            # it came.
             text: str | None = message.get("text")
-            if text is None:
-                data: bytes = message.get("bytes") or b""
-                await upstream.send_bytes(data)
-                continue
+            data: str | bytes = text if text is not None else message.get("bytes") or b""
             try:
-                event = read_client_event(text)
+                event = read_client_event(data)
             except SocketEventError as exc:
                 await self._refused(exc)
                 continue
@@ -355,7 +354,10 @@ class _Relay(_Turns):
                     turn.recorder.upstream_attempt()
             else:
                 self._client_event(event.event)
-            await upstream.send_str(text)
+            if isinstance(data, str):
+                await upstream.send_str(data)
+            else:
+                await upstream.send_bytes(data)
 
     async def _from_upstream(self) -> None:
         async for message in self._upstream:
@@ -402,13 +404,8 @@ class _TranslatedSocket(_Turns):
             if message["type"] == "websocket.disconnect":
                 return
             text: str | None = message.get("text")
-            if text is None:
-                await self._refused(
-                    SocketEventError("binary messages are not events", "invalid_event")
-                )
-                continue
             try:
-                event = read_client_event(text)
+                event = read_client_event(text if text is not None else message.get("bytes") or b"")
             except SocketEventError as exc:
                 await self._refused(exc)
                 continue
