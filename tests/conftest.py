@@ -21,6 +21,17 @@ class _Collect(logging.Handler):
         self.lines.append(self.format(record))
 
 
+@pytest.fixture(autouse=True)
+def quiet_websocket_client() -> Iterator[None]:
+    """The WebSocket library the SDK's client uses logs its handshake's headers at DEBUG, a test
+    client's key among them; what the guard below checks is what rollcap writes and logs."""
+    logger = logging.getLogger("websockets.client")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    yield
+    logger.setLevel(level)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_secret_written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     handler = _Collect()

@@ -7,8 +7,6 @@ the rollout line joins its five calls, builds one trajectory turn per call and c
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +35,6 @@ TOOLS = [
         "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
     }
 ]
-
-
-@pytest.fixture(autouse=True)
-def _quiet_test_client() -> Iterator[None]:
-    """The SDK's WebSocket library logs its handshake's headers at DEBUG, the test client's key
-    among them; what is checked for credentials is what rollcap logs."""
-    logger = logging.getLogger("websockets.client")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    yield
-    logger.setLevel(level)
 
 
 def _agent(model_url: str) -> Starlette:

@@ -17,6 +17,7 @@ from rollcap.records import RawRecord
 from rollcap.server._inflight import HELD, RECEIVING, STREAMING, WAITING, InflightCalls
 from rollcap.server._writer import RecordWriter
 from rollcap.testing import FakeUpstream
+from tests._polling import until
 from tests.server.conftest import client_headers, model_server, request_body, settings_for
 
 # How long a test waits for the server to get somewhere: a bound on a hang, not a figure.
@@ -68,15 +69,7 @@ def test_a_calls_view_follows_it_and_holds_no_payload() -> None:
 async def _until(
     check: Callable[[], Awaitable[dict[str, Any]]], done: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
-    """``check()`` again until ``done`` holds of its answer (failing after ``BOUND_S``)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + BOUND_S
-    while True:
-        answer = await check()
-        if done(answer):
-            return answer
-        assert loop.time() < deadline, answer
-        await asyncio.sleep(0.05)
+    return await until(check, done, bound_s=BOUND_S)
 
 
 @pytest.mark.parametrize("capture", [True, False], ids=["capture-on", "capture-off"])

@@ -6,8 +6,6 @@ gets the upstream's messages byte for byte; faults end in one record per turn, o
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -97,17 +95,6 @@ async def _tool_conversation(base_url: str, key: str = CLIENT_KEY) -> list[Turn]
             }
     await client.close()
     return turns
-
-
-@pytest.fixture(autouse=True)
-def _quiet_test_client() -> Iterator[None]:
-    """The SDK's WebSocket library logs its handshake's headers at DEBUG, the test client's key
-    among them; what is checked for credentials is what rollcap logs."""
-    logger = logging.getLogger("websockets.client")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    yield
-    logger.setLevel(level)
 
 
 def _records(capture: Path, rollout_id: str = "0-0") -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ from rollcap.collect import CollectionSummary, collect
 from rollcap.ids import rollout_id_from_run
 from rollcap.status import LiveStatusSettings, StatusOptions, StatusSource, status_path
 from rollcap.testing import FakeUpstream
+from tests._polling import until
 from tests.collect.conftest import write_input
 from tests.server.conftest import client_headers, model_server, request_body, settings_for
 
@@ -171,15 +172,7 @@ async def stuck_run(tmp_path: Path) -> AsyncIterator[StuckRun]:
 async def _until(
     check: Callable[[], Awaitable[dict[str, Any]]], done: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
-    """``check()`` again until ``done`` holds of its answer (failing after ``BOUND_S``)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + BOUND_S
-    while True:
-        answer = await check()
-        if done(answer):
-            return answer
-        assert loop.time() < deadline, answer
-        await asyncio.sleep(0.02)
+    return await until(check, done, bound_s=BOUND_S, every_s=0.02)
 
 
 def _rollout(document: dict[str, Any], rollout_id: str) -> dict[str, Any] | None:
