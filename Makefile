@@ -121,6 +121,7 @@ demo: $(DEMO_STAMP)
 bench: $(STAMP) browser
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/proxy.py
+	$(BIN)/python bench/websocket.py
 	$(BIN)/python bench/reassembly.py
 	$(BIN)/python bench/hostile.py
 	$(BIN)/python bench/collect.py
