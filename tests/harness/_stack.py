@@ -1,13 +1,15 @@
 """One real harness run against rollcap and the scripted upstream, everything on 127.0.0.1.
 
-    python -m tests.harness._stack {claude,codex} HARNESS_BIN OUT_DIR [--netns]
+    python -m tests.harness._stack {claude,codex,codex-ws} HARNESS_BIN OUT_DIR [--netns]
 
 It starts the scripted upstream (in this process), ``rollcap serve model`` in front of it (a
 subprocess, as a user starts it, its log kept), then the harness, unmodified and non-interactive,
-pointed at rollcap through the rollout prefix, with a fake key; when the harness is done it writes
-what crossed the wire to OUT_DIR: ``exchanges.json`` (the upstream's view of every call),
-``health.json`` (rollcap's counters), ``rollcap.log``, the harness's stdout and stderr, and
-``result.json``. The test (``test_harnesses.py``) holds the capture to them.
+pointed at rollcap through the rollout prefix, with a fake key: ``codex`` through a provider of
+its own, over HTTP, ``codex-ws`` through its built-in OpenAI provider, which talks Responses over
+a WebSocket. When the harness is done it writes what crossed the wire to OUT_DIR:
+``exchanges.json`` (the upstream's view of every call), ``health.json`` (rollcap's counters),
+``rollcap.log``, the harness's stdout and stderr, and ``result.json`` (with the harness's wall
+time). The test (``test_harnesses.py``) holds the capture to them.
 
 The test runs this in a network namespace of its own (``unshare --net``) with ``--netns``: it
 brings loopback up there, the namespace's only interface, so nothing the harness (or anything
@@ -28,6 +30,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,11 +42,14 @@ from tests.harness._upstream import ScriptedUpstream, Step, scripted_upstream
 
 __all__ = [
     "CLIENT_KEY",
+    "HARNESSES",
     "ROLLOUT_ID",
     "UPSTREAM_KEY",
     "claude_steps",
     "codex_steps",
 ]
+
+HARNESSES = ("claude", "codex", "codex-ws")
 
 # The harness's key and the upstream's: rollcap must send the second in place of the first and
 # write neither anywhere.
@@ -110,23 +116,44 @@ def _claude(bin_path: str, url: str) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
-def _codex(bin_path: str, url: str, home: Path, work: Path) -> tuple[list[str], dict[str, str]]:
+def _codex(
+    bin_path: str, url: str, home: Path, work: Path, *, websocket: bool
+) -> tuple[list[str], dict[str, str]]:
     codex_home = home / ".codex"
     codex_home.mkdir()
-    # A provider of its own: the built-in OpenAI one tries a WebSocket first. --strict-config
-    # refuses a key this version does not know, so the telemetry switches below are real ones.
-    # The model is one Codex knows whose shell tool is a plain function (exec_command): its
-    # default model reaches the shell only through JavaScript in a code-mode `exec` tool. Its
-    # sandbox is off: it needs namespaces the test's own may not allow, and the namespace is
-    # the sandbox here.
+    base_url = f"{url}/ng-rollout/{ROLLOUT_ID}/v1"
+    # Over HTTP, a provider of its own: the built-in OpenAI one talks Responses over a WebSocket
+    # (and falls back to HTTP when that fails). Over the WebSocket, that built-in provider,
+    # pointed at rollcap by ``openai_base_url``: it cannot be redefined under
+    # ``[model_providers]``, and this version ignores OPENAI_BASE_URL. WebSocket mode is its
+    # default (its ``responses_websockets`` flags are removed ones), its key OPENAI_API_KEY.
+    provider = (
+        f'openai_base_url = "{base_url}"\n'
+        if websocket
+        else f"""\
+model_provider = "rollcap"
+
+[model_providers.rollcap]
+name = "rollcap"
+base_url = "{base_url}"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+"""
+    )
+    # --strict-config refuses a key this version does not know, so the telemetry switches below
+    # are real ones. The model is one Codex knows whose shell tool is a plain function
+    # (exec_command): its default model reaches the shell only through JavaScript in a code-mode
+    # `exec` tool. Its sandbox is off: it needs namespaces the test's own may not allow, and the
+    # namespace is the sandbox here.
     (codex_home / "config.toml").write_text(
         f"""\
 model = "gpt-5.5"
-model_provider = "rollcap"
 check_for_update_on_startup = false
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
-
+{provider}
 [analytics]
 enabled = false
 
@@ -137,14 +164,6 @@ enabled = false
 exporter = "none"
 trace_exporter = "none"
 metrics_exporter = "none"
-
-[model_providers.rollcap]
-name = "rollcap"
-base_url = "{url}/ng-rollout/{ROLLOUT_ID}/v1"
-env_key = "OPENAI_API_KEY"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
 """
     )
     env = {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": CLIENT_KEY}
@@ -215,7 +234,7 @@ async def run(harness: str, bin_path: str, out: Path, *, netns: bool) -> dict[st
             if harness == "claude":
                 args, extra = _claude(bin_path, url)
             else:
-                args, extra = _codex(bin_path, url, home, work)
+                args, extra = _codex(bin_path, url, home, work, websocket=harness == "codex-ws")
             # Nothing of this process's environment (a real key, a proxy) reaches the harness.
             env = {
                 "PATH": os.pathsep.join(dict.fromkeys([_node_dir(), "/usr/bin", "/bin"])),
@@ -229,6 +248,7 @@ async def run(harness: str, bin_path: str, out: Path, *, netns: bool) -> dict[st
                 (out / "harness.stdout").open("wb") as stdout,
                 (out / "harness.stderr").open("wb") as stderr,
             ):
+                started = time.monotonic()
                 process = await asyncio.create_subprocess_exec(
                     *args,
                     cwd=work,
@@ -243,6 +263,7 @@ async def run(harness: str, bin_path: str, out: Path, *, netns: bool) -> dict[st
                 except TimeoutError:
                     os.killpg(process.pid, signal.SIGKILL)
                     harness_rc = await process.wait()
+                harness_wall_s = time.monotonic() - started
             async with aiohttp.ClientSession() as session, session.get(f"{url}/health") as got:
                 health = await got.json()
         finally:
@@ -252,6 +273,8 @@ async def run(harness: str, bin_path: str, out: Path, *, netns: bool) -> dict[st
     result = {
         "harness": harness,
         "harness_rc": harness_rc,
+        # From the harness's start to its exit: the whole session, every call in it.
+        "harness_wall_s": round(harness_wall_s, 3),
         "server_rc": server_rc,
         "netns": netns,
         "interfaces": [name for _, name in socket.if_nameindex()],
@@ -266,7 +289,7 @@ async def run(harness: str, bin_path: str, out: Path, *, netns: bool) -> dict[st
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.harness._stack")
-    parser.add_argument("harness", choices=["claude", "codex"])
+    parser.add_argument("harness", choices=HARNESSES)
     parser.add_argument("bin", type=os.path.abspath)
     parser.add_argument("out", type=Path)
     parser.add_argument("--netns", action="store_true", help="in a fresh network namespace")

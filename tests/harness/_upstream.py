@@ -8,8 +8,19 @@ side calls carry no shell tool) gets a short text answer, and ``count_tokens`` a
 go out one event per write, after a pause before the first byte, so that time to first token has
 something to measure.
 
+Responses also come over WebSocket (``GET /v1/responses`` upgraded): each ``response.create``
+event is a turn, answered by the same script with the same events, one JSON object per text
+message, after the same pause. A turn with ``previous_response_id`` sends only its new input
+items, so the socket keeps its responses (their full input and their output), as the API does:
+the script counts the tool results of the whole conversation. ``generate: false`` is answered as
+the API answers it: a response with no output, stored to be continued from.
+
 Each call is kept as an ``Exchange``: the request's exact body and the response's exact bytes,
 with the tool calls and token counts the answer carried, for a test to hold rollcap's record to.
+A socket is one ``Exchange`` for its handshake (kind ``websocket``) and one for each message the
+client sent on it (``transport`` ``websocket``): the message's exact text as the request, and the
+server's messages that answered it in the SSE form a stream record holds (``event: <type>`` and
+``data: <the message>``).
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import itertools
 import socket
 import time
@@ -25,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 __all__ = [
     "FIRST_BYTE_DELAY_S",
@@ -42,6 +54,7 @@ MARK = "harness"  # in every id the upstream makes, so a test can tell its tool 
 FINAL_TEXT = "Done: the command printed hi and the notes file says rollcap-harness-ok."
 SIDE_TEXT = "Harness session"
 _CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
+_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -64,12 +77,18 @@ class Exchange:
     request: bytes
     status: int
     response: bytes
-    kind: str  # tool | answer | side | count_tokens | models | unknown
+    # tool | answer | side | prewarm | count_tokens | models | websocket (a handshake) |
+    # unknown; a client event on a socket that is no response.create: its type
+    kind: str
     stream: bool
     response_id: str | None
     tool_calls: list[dict[str, Any]]  # [{call_id, name, arguments}], as sent
     usage: dict[str, Any]  # the usage object the answer reported
-    tool_results: dict[str, str]  # call id -> the tool's output, as this request sent it back
+    # call id -> the tool's output, in the conversation the answer was made for: as the request
+    # sent it back over HTTP; on a socket, the stored conversation's and the turn's new items
+    tool_results: dict[str, str]
+    transport: str = "http"  # http | websocket (a message on a socket)
+    socket: int | None = None  # a socket message's: its handshake's index
 
     def to_json(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -137,6 +156,8 @@ class ScriptedUpstream:
         )
         self.exchanges.append(exchange)
         route = (request.method, request.path.rstrip("/"))
+        if route == ("GET", "/v1/responses") and _upgrade(request):
+            return await self._socket(request, exchange)
         if route == ("POST", "/v1/messages/count_tokens"):
             exchange.kind = "count_tokens"
             return _json(exchange, {"input_tokens": 42})
@@ -167,6 +188,96 @@ class ScriptedUpstream:
         exchange.status = 404
         return _json(exchange, {"error": {"type": "not_found", "message": request.path_qs}})
 
+    async def _socket(self, request: web.Request, handshake: Exchange) -> web.StreamResponse:
+        """A Responses WebSocket: its messages answered one after another, as they came."""
+        handshake.kind = "websocket"
+        handshake.status = 101
+        ws = web.WebSocketResponse(max_msg_size=_MAX_MESSAGE_BYTES, autoping=True)
+        # The API names the socket's request as it names an HTTP call's.
+        ws.headers["x-request-id"] = f"req_{MARK}_{handshake.index:04d}"
+        await ws.prepare(request)
+        conversation = _Conversation()
+        async for message in ws:
+            if message.type is WSMsgType.TEXT:
+                raw = message.data.encode()
+            elif message.type is WSMsgType.BINARY:
+                raw = message.data
+            else:
+                continue
+            exchange = dataclasses.replace(
+                handshake,
+                index=next(self._ids),
+                method="WEBSOCKET",
+                headers=dict(handshake.headers),
+                request=raw,
+                status=200,
+                response=b"",
+                kind="unknown",
+                tool_calls=[],
+                usage={},
+                tool_results={},
+                transport="websocket",
+                socket=handshake.index,
+            )
+            self.exchanges.append(exchange)
+            try:
+                await self._turn(ws, conversation, exchange)
+            except ConnectionError:  # the client left in the middle of the answer
+                break
+        return ws
+
+    async def _turn(
+        self, ws: web.WebSocketResponse, conversation: _Conversation, exchange: Exchange
+    ) -> None:
+        """One client message: a ``response.create`` is answered; another event is kept, by its
+        type, and not answered (Codex sends none: the test would see one)."""
+        try:
+            event = orjson.loads(exchange.request)
+        except orjson.JSONDecodeError:
+            event = None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            exchange.status = 400
+            await _send_events(ws, exchange, [_invalid("invalid_event", "Not an event.")])
+            return
+        if event["type"] != "response.create":
+            exchange.kind = event["type"]
+            return
+        body = {key: value for key, value in event.items() if key != "type"}
+        previous_id = body.get("previous_response_id")
+        previous = conversation.stored.get(previous_id) if previous_id is not None else None
+        if previous_id is not None and previous is None:
+            exchange.status = 400
+            message = f"Previous response with id '{previous_id}' not found."
+            error = _invalid("previous_response_not_found", message, "previous_response_id")
+            await _send_events(ws, exchange, [error])
+            return
+        items = body.get("input")
+        new_items = [{"role": "user", "content": items}] if isinstance(items, str) else items
+        full = [*(previous or ()), *(new_items if isinstance(new_items, list) else [])]
+        exchange.tool_results = _responses_tool_results(full)
+        if body.get("generate") is False:
+            # Prepared, not generated: the API stores the input under a response with no output.
+            exchange.kind = "prewarm"
+            exchange.stream = True
+            response = _response(body, _Answer("prewarm"), exchange)
+            response["usage"] = exchange.usage = _zero_usage()
+            events: list[dict[str, Any]] = [
+                {
+                    "type": "response.created",
+                    "response": {**response, "status": "in_progress", "usage": None},
+                },
+                {"type": "response.completed", "response": response},
+            ]
+            events = [{**event, "sequence_number": n} for n, event in enumerate(events)]
+        else:
+            answer = self._answer(self.responses_steps, body, exchange, "call")
+            exchange.stream = True  # every turn on a socket is a stream
+            response = _response(body, answer, exchange)
+            events = _response_events(response)
+        await asyncio.sleep(FIRST_BYTE_DELAY_S)
+        await _send_events(ws, exchange, events)
+        conversation.stored[response["id"]] = (*full, *response["output"])
+
     def _answer(
         self, steps: list[Step], body: Mapping[str, Any], exchange: Exchange, id_prefix: str
     ) -> _Answer:
@@ -183,6 +294,44 @@ class ScriptedUpstream:
                 }
             ]
         return answer
+
+
+@dataclass
+class _Conversation:
+    """What one socket remembers: each response's whole conversation, its input and output."""
+
+    stored: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+
+def _upgrade(request: web.Request) -> bool:
+    return request.headers.get("upgrade", "").strip().lower() == "websocket"
+
+
+async def _send_events(
+    ws: web.WebSocketResponse, exchange: Exchange, events: list[dict[str, Any]]
+) -> None:
+    """Each event one text message, its JSON object; kept in the SSE form of a stream: its type
+    as ``event:`` and the message's exact text as ``data:``."""
+    for event in events:
+        text = orjson.dumps(event)
+        await ws.send_str(text.decode())
+        exchange.response += b"event: " + str(event["type"]).encode() + b"\ndata: " + text + b"\n\n"
+
+
+def _invalid(code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    """The API's error event on a socket, for a request it refuses."""
+    error = {"type": "invalid_request_error", "code": code, "message": message, "param": param}
+    return {"type": "error", "status": 400, "error": error}
+
+
+def _zero_usage() -> dict[str, Any]:
+    return {
+        "input_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 0,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 0,
+    }
 
 
 def _json(exchange: Exchange, value: Any, id_header: str | None = None) -> web.Response:

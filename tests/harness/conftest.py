@@ -22,13 +22,21 @@ INSTALLED = REPO / ".harness" / "node_modules"
 PINNED: dict[str, str] = orjson.loads((Path(__file__).parent / "package.json").read_bytes())[
     "dependencies"
 ]
-# Harness -> (npm package, its command).
-PACKAGES = {"claude": ("@anthropic-ai/claude-code", "claude"), "codex": ("@openai/codex", "codex")}
+# Harness -> (npm package, its command). ``codex-ws`` is Codex CLI again, with its built-in
+# OpenAI provider: Responses over a WebSocket (``codex`` has a provider of its own, over HTTP).
+PACKAGES = {
+    "claude": ("@anthropic-ai/claude-code", "claude"),
+    "codex": ("@openai/codex", "codex"),
+    "codex-ws": ("@openai/codex", "codex"),
+}
+# Each harness run's wall time (seconds) and its model calls, printed at the end of the session:
+# measured, never asserted on.
+WALL_TIMES = pytest.StashKey[dict[str, tuple[float, int]]]()
 
 
 @dataclass(frozen=True)
 class Harness:
-    name: str  # claude | codex
+    name: str  # claude | codex | codex-ws
     package: str
     version: str
     bin: Path
@@ -62,3 +70,11 @@ def netns_prefix() -> tuple[str, ...]:
     probe = [*prefix, sys.executable, "-c", "import socket; socket.if_nameindex()"]
     done = subprocess.run(probe, capture_output=True, check=False, timeout=30)
     return prefix if done.returncode == 0 else ()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    times = terminalreporter.config.stash.get(WALL_TIMES, {})
+    if times:
+        terminalreporter.section("harness wall times")
+        for name, (seconds, calls) in sorted(times.items()):
+            terminalreporter.write_line(f"{name}: {seconds:.3f} s, {calls} model calls")

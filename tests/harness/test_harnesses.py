@@ -7,6 +7,13 @@ whose request is the body the upstream received, whose raw stream is the bytes i
 response is what the official SDK makes of those bytes, with time to first token, tool calls and
 tokens as sent; rollcap counts no uncorrelated call, and neither key is in the capture or the log.
 
+Codex runs twice: through a provider of its own over HTTP (``codex``), and through its built-in
+OpenAI provider (``codex-ws``), which talks Responses over a WebSocket: there each turn (each
+``response.create``, its ``generate: false`` prewarm among them) must have its one record, with
+``transport: "websocket"``, the event as the request and the server's messages, in SSE form, as
+the raw stream; and no call may have fallen back to HTTP. Each run's wall time is printed at the
+end of the session and written to its ``result.json``, never asserted on.
+
 Where ``unshare`` works, the whole run is in a network namespace whose only interface is
 loopback, and the test checks that: no byte can leave the machine.
 """
@@ -25,14 +32,19 @@ from rollcap import CaptureStore, ModelCallRecord, read_model_call_records
 from tests.dialects._sdk import sdk_final, without_filled_nulls
 from tests.harness._stack import CLIENT_KEY, ROLLOUT_ID, UPSTREAM_KEY, claude_steps, codex_steps
 from tests.harness._upstream import FIRST_BYTE_DELAY_S, MARK, Exchange
-from tests.harness.conftest import REPO, Harness, netns_prefix
+from tests.harness.conftest import REPO, WALL_TIMES, Harness, netns_prefix
 
 pytestmark = pytest.mark.slow
 
 RUN_TIMEOUT_S = 330  # the harness's own limit (240 s) plus starting and stopping the servers
 # The calls rollcap captures; count_tokens and /v1/models pass through uncaptured, by design.
-CAPTURED_KINDS = {"tool", "answer", "side"}
-SESSION_HEADERS = {"claude": "x-claude-code-session-id", "codex": "session-id"}
+# A prewarm (``generate: false`` on a socket) is a turn like any other.
+CAPTURED_KINDS = {"tool", "answer", "side", "prewarm"}
+SESSION_HEADERS = {
+    "claude": "x-claude-code-session-id",
+    "codex": "session-id",
+    "codex-ws": "session-id",
+}
 
 
 def _completed_response(raw: bytes) -> dict[str, Any]:
@@ -96,7 +108,9 @@ def _run(harness: Harness, out: Path) -> dict[str, Any]:
     return result
 
 
-def test_every_call_has_its_exact_record(harness: Harness, tmp_path: Path) -> None:
+def test_every_call_has_its_exact_record(
+    harness: Harness, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     out = tmp_path / harness.name
     out.mkdir()
     result = _run(harness, out)
@@ -109,16 +123,38 @@ def test_every_call_has_its_exact_record(harness: Harness, tmp_path: Path) -> No
 
     exchanges = [Exchange.from_json(e) for e in orjson.loads((out / "exchanges.json").read_bytes())]
     calls = [e for e in exchanges if e.kind in CAPTURED_KINDS]
+    # Measured, for the summary; nothing is asserted about time.
+    wall = (result["harness_wall_s"], len(calls))
+    request.config.stash.setdefault(WALL_TIMES, {})[harness.name] = wall
+    print(f"{harness.name}: harness wall time {wall[0]:.3f} s, {wall[1]} model calls")
     dialect = "messages" if harness.name == "claude" else "responses"
+    websocket = harness.name == "codex-ws"
     # Each call reached the upstream at the path and query the harness sent (the Anthropic
-    # SDK's beta client adds ``?beta=true``).
-    sent = {"claude": f"/v1/{dialect}?beta=true", "codex": f"/v1/{dialect}"}[harness.name]
+    # SDK's beta client adds ``?beta=true``); a socket's turns at its handshake's.
+    sent = f"/v1/{dialect}?beta=true" if harness.name == "claude" else f"/v1/{dialect}"
     assert {e.path for e in calls} == {sent}
+    sockets = [e for e in exchanges if e.kind == "websocket"]
+    if websocket:
+        # One socket, every call a message on it: no call fell back to HTTP (Codex does, at
+        # once, when the socket fails), not even a refused handshake.
+        over_http = [
+            (e.method, e.path, e.status)
+            for e in exchanges
+            if e.transport == "http" and e.kind != "websocket"
+        ]
+        assert over_http == [], f"calls over HTTP, not the WebSocket: {over_http}"
+        assert [(e.method, e.status) for e in sockets] == [("GET", 101)]
+        assert {e.socket for e in exchanges if e.transport == "websocket"} == {sockets[0].index}
+        # Codex sends no event but response.create; another would show here by its type.
+        assert {e.kind for e in exchanges} <= CAPTURED_KINDS | {"websocket"}
+    else:
+        assert sockets == []
+        assert {e.transport for e in exchanges} == {"http"}
 
     # The script ran: each step's tool call, its output in the agent's next request, then the
     # answer. Side calls (a title, a summary) may come in between.
     steps = claude_steps(out / "work") if harness.name == "claude" else codex_steps(out / "work")
-    turns = [e for e in calls if e.kind != "side"]
+    turns = [e for e in calls if e.kind in ("tool", "answer")]
     assert [e.kind for e in turns] == ["tool"] * len(steps) + ["answer"]
     for turn, following, step in zip(turns, turns[1:], steps, strict=False):
         (tool,) = turn.tool_calls
@@ -151,7 +187,16 @@ def test_every_call_has_its_exact_record(harness: Harness, tmp_path: Path) -> No
         assert record["status_code"] == 200
         assert record["error_category"] is None
         assert "gaps" not in record
-        assert record["request"] == orjson.loads(exchange.request)
+        if websocket:
+            assert exchange.transport == "websocket"
+            assert record["transport"] == "websocket"
+            # The turn's request is the event as the upstream received it, less its type.
+            event = orjson.loads(exchange.request)
+            assert event.pop("type") == "response.create"
+            assert record["request"] == event
+        else:
+            assert "transport" not in record
+            assert record["request"] == orjson.loads(exchange.request)
         if exchange.stream:
             assert record["response_raw"] == exchange.response.decode()
             reference = (
