@@ -130,3 +130,44 @@ async def test_a_prompt_too_long_for_the_embedded_model_is_context_length_exceed
         400,
     )
     assert record.local_response_reason is None
+
+
+async def test_a_websocket_conversation_on_the_embedded_model(
+    local_model_server: LocalModelServer, engine: LocalEngine
+) -> None:
+    # Two turns over one socket, the second continuing the first by previous_response_id:
+    # the server holds the state, and the embedded model answers the whole conversation.
+    client = openai.AsyncOpenAI(
+        base_url=f"{local_model_server.url}/ng-rollout/local-ws1/v1",
+        api_key="unused",
+        max_retries=0,
+    )
+    answers: list[str] = []
+    async with client.responses.connect() as connection:
+        previous: str | None = None
+        for question in (QUESTION, "And 3+3? Answer with a number."):
+            await connection.response.create(
+                model=MODEL_ID,
+                input=question,
+                max_output_tokens=32,
+                previous_response_id=previous,
+            )
+            async for event in connection:
+                if event.type == "response.completed":
+                    previous = event.response.id
+                    answers.append(event.response.output_text)
+                    break
+    await client.close()
+    records = read_model_call_records(CaptureStore(local_model_server.capture_dir), "local-ws1")
+    assert len(records) == 2
+    for record in records:
+        assert (record.status_code, record.error_category) == (200, None)
+        assert isinstance(record.tokens_in, int)
+    # The second call's prompt held the first turn too: more input tokens than its own words.
+    assert records[1].tokens_in is not None
+    assert records[0].tokens_in is not None
+    assert records[1].tokens_in > records[0].tokens_in
+    raws = CaptureStore(local_model_server.capture_dir).read("local-ws1")
+    assert [r["transport"] for r in raws] == ["websocket", "websocket"]
+    assert raws[1]["request"]["previous_response_id"] == raws[0]["response"]["id"]
+    assert [r["response"]["output"][0]["content"][0]["text"] for r in raws] == answers
