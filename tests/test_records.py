@@ -11,6 +11,7 @@ from rollcap.records import (
     RawRecord,
     error_category,
     infer_dialect,
+    is_streamed,
     model_ref,
 )
 
@@ -407,3 +408,12 @@ def test_a_gap_dumps_without_nulls_for_capture_and_whole_for_evidence() -> None:
         ("invocation_id", "inv"),
         ("detail", "d"),
     ]
+
+
+def test_a_call_is_streamed_when_it_asked_or_came_over_a_websocket() -> None:
+    assert is_streamed({"stream": True}, None)
+    assert not is_streamed({"stream": False}, None)
+    assert not is_streamed(None, None)
+    # A WebSocket turn's request has no stream key: every answer on a socket is a stream.
+    assert is_streamed({"model": "m"}, TRANSPORT_WEBSOCKET)
+    assert is_streamed(None, "websocket")

@@ -34,6 +34,7 @@ __all__ = [
     "RawRecord",
     "error_category",
     "infer_dialect",
+    "is_streamed",
     "model_ref",
 ]
 
@@ -212,6 +213,14 @@ _OPTIONAL_KEYS = (
     "gaps",
     *TRANSPORT_KEYS,
 )
+
+
+def is_streamed(request: object, transport: object) -> bool:
+    """Whether a call's answer came as a stream: its request asked for one, or it was a turn of
+    a Responses WebSocket, where every answer is one (its request has no ``stream``)."""
+    if transport == TRANSPORT_WEBSOCKET:
+        return True
+    return isinstance(request, Mapping) and request.get("stream") is True
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ the rollout line joins its five calls, builds one trajectory turn per call and c
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from rollcap._runtime.serving import serving
 from rollcap.collect import collect
 from rollcap.evidence import CAPTURE_KEY, OBSERVATIONS_KEY, PERF_KEY, TRAJECTORY_KEY
 from rollcap.ids import rollout_id_from_run
+from rollcap.report import RunFiles, build_report, unpack
 from rollcap.store import CaptureStore
 from rollcap.testing import FakeUpstream
 from tests.collect.conftest import read_lines, write_input
@@ -131,3 +133,13 @@ async def test_a_websocket_rollout_is_joined_and_its_trajectory_has_a_turn_per_c
     assert perf["num_turns"] == TURNS
     assert perf["token_observability_coverage"] == 1.0
     assert line["response"]["output_text"]
+    # The report reads the turns as calls: each one, streamed, none an error.
+    page, stats = build_report(RunFiles(capture, tmp_path / "rollouts.jsonl"))
+    assert (stats.rollouts, stats.calls) == (1, TURNS)
+    match = re.search(
+        r'<script type="application/json" id="rollcap-data">(.*?)</script>', page, re.S
+    )
+    assert match is not None
+    summary = unpack(orjson.loads(match.group(1))["summary"])
+    assert summary["calls"]["stream"] == [True] * TURNS
+    assert summary["calls"]["err"] == [None] * TURNS

@@ -26,6 +26,7 @@ from rollcap.records import (
     GAP_UNREADABLE,
     Gap,
     ModelCallRecord,
+    is_streamed,
 )
 from rollcap.report._delta import CanonicalCall, canonical_call, thread_calls
 from rollcap.report._diverge import CallShape, align, divergence, shape_calls
@@ -209,10 +210,6 @@ def _rollout_gaps(source: RolloutInput, has_records: bool) -> list[Gap]:
     return gaps
 
 
-def _streamed(request: Mapping[str, Any] | None) -> bool:
-    return isinstance(request, Mapping) and request.get("stream") is True
-
-
 def _call_gaps(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     gaps = record.get("gaps")
     if not isinstance(gaps, list):
@@ -255,7 +252,7 @@ def digest_rollout(source: RolloutInput, *, payload: bool = True) -> RolloutDige
     gap_codes = [g.code for g in rollout_gaps]
     finishes: list[str] = []
     for record, raw in zip(records, raws, strict=True):
-        stream = _streamed(record.request)
+        stream = is_streamed(record.request, raw.get("transport"))
         ttft = record.latency_ttft_ms if stream else None
         if ttft is not None:
             ttfts.append(ttft)
@@ -419,7 +416,7 @@ def _payload_calls(
             "error_category": record.error_category,
             "gaps": _call_gaps(raw),
             "session": record.client_session_id,
-            "stream": _streamed(record.request),
+            "stream": is_streamed(record.request, raw.get("transport")),
             "raw": record.request_raw is not None or record.response_raw is not None,
         }
         # Times are in the summary's call columns; tool calls are in the answer's messages

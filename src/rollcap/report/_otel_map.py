@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rollcap._json import as_count, as_dict, as_str
-from rollcap.records import Gap, ModelCallRecord, RawRecord, error_category
+from rollcap.records import Gap, ModelCallRecord, RawRecord, error_category, is_streamed
 from rollcap.report._otel_content import (
     cap_json_list,
     input_messages,
@@ -212,13 +212,15 @@ _MAX_TOKENS_KEYS = {
 }
 
 
-def _request_attributes(record: ModelCallRecord, out: dict[str, AttributeValue]) -> None:
+def _request_attributes(
+    record: ModelCallRecord, streamed: bool, out: dict[str, AttributeValue]
+) -> None:
     request = record.request
     if request is None:
         return
     dialect = record.dialect
     _set(out, "gen_ai.request.model", as_str(request.get("model")))
-    out["gen_ai.request.stream"] = request.get("stream") is True
+    out["gen_ai.request.stream"] = streamed
     _set(out, "gen_ai.request.temperature", _number(request.get("temperature")))
     _set(out, "gen_ai.request.top_p", _number(request.get("top_p")))
     for key in _MAX_TOKENS_KEYS.get(dialect, ()):
@@ -251,7 +253,9 @@ def _finish_reasons(record: ModelCallRecord) -> list[str] | None:
     return [record.finish_reason] if record.finish_reason is not None else None
 
 
-def _response_attributes(record: ModelCallRecord, out: dict[str, AttributeValue]) -> None:
+def _response_attributes(
+    record: ModelCallRecord, streamed: bool, out: dict[str, AttributeValue]
+) -> None:
     _set(out, "gen_ai.response.id", record.response_id)
     if record.response is not None:
         _set(out, "gen_ai.response.model", as_str(record.response.get("model")))
@@ -263,7 +267,6 @@ def _response_attributes(record: ModelCallRecord, out: dict[str, AttributeValue]
     _set(out, "gen_ai.usage.reasoning.output_tokens", record.tokens_reasoning)
     _set(out, "gen_ai.usage.cache_read.input_tokens", record.cached_tokens)
     _set(out, "gen_ai.usage.cache_creation.input_tokens", record.cache_creation_tokens)
-    streamed = record.request is not None and record.request.get("stream") is True
     if streamed and record.latency_ttft_ms is not None:
         # Measured at the proxy: the first byte from the upstream, not the first token shown.
         # A buffered answer's first byte is its whole latency, which the convention leaves out.
@@ -334,8 +337,9 @@ def _call_span(
     _set(attributes, "gen_ai.provider.name", _PROVIDERS.get(record.dialect))
     _set(attributes, "openai.api.type", _OPENAI_API_TYPES.get(record.dialect))
     attributes["gen_ai.conversation.id"] = rollout_id
-    _request_attributes(record, attributes)
-    _response_attributes(record, attributes)
+    streamed = is_streamed(raw.request, raw.transport)
+    _request_attributes(record, streamed, attributes)
+    _response_attributes(record, streamed, attributes)
     category = record.error_category
     if category is None and record.status_code is not None and record.status_code >= 400:
         found = error_category(record.status_code)
