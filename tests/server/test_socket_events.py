@@ -73,3 +73,20 @@ def test_the_servers_own_error_event_has_the_apis_shape() -> None:
             "param": None,
         },
     }
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        '{"type":"response.output_text.delta","delta":"x"}',
+        '{"type":"error","status":429,"error":{}}',
+        '{"type":"resp\\u006fnse.created"}',
+        '{"delta":"x","type":"response.output_text.delta"}',
+        '{"type": "response.created"}',
+    ],
+)
+def test_the_type_read_from_the_first_bytes_is_the_parsed_one(message: str) -> None:
+    parsed = orjson.loads(message)
+    expected = ServerEvent(parsed["type"], parsed.get("status"))
+    assert read_server_event(message) == expected
+    assert read_server_event(message.encode()) == expected
