@@ -93,9 +93,9 @@ def read_server_event(data: str | bytes) -> ServerEvent:
         # The APIs write the type first: read it without parsing the whole event (the recorder
         # parses it once, as it reassembles). A type with an escape in it is read the long way.
         end = data.find('"', len(_TYPE_FIRST))
-        kind = data[len(_TYPE_FIRST) : end]
-        if end > 0 and "\\" not in kind and kind != ERROR:
-            return ServerEvent(kind)
+        first = data[len(_TYPE_FIRST) : end]
+        if end > 0 and "\\" not in first and first != ERROR:
+            return ServerEvent(first)
     try:
         event = orjson.loads(data)
     except orjson.JSONDecodeError:
