@@ -39,6 +39,12 @@ def started(
         stop(proc)
 
 
+def server_url(line: str) -> str:
+    """The URL in a server's first line: ``... on <url> ...`` (a model server), or the whole line
+    (the fake upstream prints its URL alone)."""
+    return line.split(" on ", 1)[1].split(" ", 1)[0] if " on " in line else line.strip()
+
+
 def free_port() -> int:
     """A port nothing listens on now, for a command that must be told one."""
     with socket.socket() as probe:

@@ -30,7 +30,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from _procs import started, stop
+from _procs import server_url, started, stop
 
 BIN = Path(sys.executable).parent
 THROUGHPUT_ROUNDS = 3
@@ -41,8 +41,7 @@ KEY = "bench-key"
 def _process(args: list[str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """Start a server that prints its URL on its first line; yield it and the URL."""
     with started(args) as (proc, lines):
-        line = lines[0]
-        yield proc, line.split(" on ", 1)[1].split(" ", 1)[0] if " on " in line else line.strip()
+        yield proc, server_url(lines[0])
 
 
 LITELLM_VENV = Path(__file__).resolve().parent / ".venv-litellm"

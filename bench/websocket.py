@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from _procs import started
+from _procs import server_url, started
 
 BIN = Path(sys.executable).parent
 KEY = "bench-key"
@@ -41,8 +41,7 @@ TERMINAL = {"response.completed", "response.incomplete", "response.failed", "err
 @contextlib.contextmanager
 def _process(args: list[str]) -> Iterator[str]:
     with started(args) as (_, lines):
-        line = lines[0]
-        yield line.split(" on ", 1)[1].split(" ", 1)[0] if " on " in line else line.strip()
+        yield server_url(lines[0])
 
 
 def _tool_outputs(response: dict[str, Any]) -> list[dict[str, Any]]:
