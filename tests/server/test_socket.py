@@ -461,3 +461,25 @@ async def test_an_event_in_a_binary_message_is_a_turn_as_well(
         assert record["request"]["input"] == "hi"
     received = [r for r in upstream.requests if r.method == "WEBSOCKET"]
     assert [r.json for r in received] == [orjson.loads(_create())]
+
+
+async def test_a_fault_of_the_servers_own_ends_the_turn_and_closes_the_socket(
+    upstream: FakeUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(data: str | bytes) -> object:
+        raise ValueError("a bug reading an event")
+
+    monkeypatch.setattr("rollcap.server._socket.read_server_event", broken)
+    capture = tmp_path / "model-calls"
+    async with model_server(settings_for(upstream.url, capture)) as url:
+        async with aiohttp.ClientSession() as session:
+            socket = await _raw_socket(session, url + "/ng-rollout/10-0/v1/responses")
+            await socket.send_str(_create())
+            closing = await asyncio.wait_for(socket.receive(), 10)
+            assert closing.type is aiohttp.WSMsgType.CLOSE
+            assert closing.data == 1011
+        (record,) = _records(capture, "10-0")
+        # As for an HTTP call the server failed: 500, answered by the server itself.
+        assert (record["status_code"], record["local_response_reason"]) == (500, "server_error")
+        async with aiohttp.ClientSession() as session, session.get(url + "/health") as response:
+            assert (await response.json())["status"] == "ok"  # the server goes on

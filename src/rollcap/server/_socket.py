@@ -35,7 +35,7 @@ from typing import Any, Final
 import aiohttp
 import orjson
 from starlette.responses import Response
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from rollcap._json import load_json_object
 from rollcap._proxy.forward import UpstreamFailure, open_upstream, relay, upstream_failures
@@ -320,8 +320,9 @@ class _Relay(_Turns):
         if from_client in done and from_client.exception() is None:
             await self._end_turns(CallFailure.CANCELLED)
             return
-        await self._end_turns(None)
-        code = self._upstream.close_code or 1011
+        broke = _unexpected(self._client, done)
+        await self._end_turns(CallFailure.EXCEPTION if broke else None)
+        code = 1011 if broke else self._upstream.close_code or 1011
         with contextlib.suppress(Exception):
             await self._client.close(code=code if code != 1005 else 1000)
 
@@ -391,11 +392,16 @@ class _TranslatedSocket(_Turns):
         reader = asyncio.ensure_future(self._read())
         answering = asyncio.ensure_future(self._answer_all())
         try:
-            await asyncio.wait((reader, answering), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait((reader, answering), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (reader, answering):
                 task.cancel()
             await asyncio.gather(reader, answering, return_exceptions=True)
+        if _unexpected(self._client, done):
+            await self._end_turns(CallFailure.EXCEPTION)
+            with contextlib.suppress(Exception):
+                await self._client.close(code=1011)
+            return
         await self._end_turns(CallFailure.CANCELLED)
 
     async def _read(self) -> None:
@@ -551,6 +557,27 @@ class _TranslatedSocket(_Turns):
         completed = {"type": "response.completed", "response": response}
         await self._event(orjson.dumps(created).decode(), local=LocalReason.STATE_ONLY)
         await self._event(orjson.dumps(completed).decode(), local=LocalReason.STATE_ONLY)
+
+
+# What a socket's tasks raise when a peer goes away (Starlette raises RuntimeError for a send
+# after the close): the end of the socket, not a fault.
+_GONE: Final = (OSError, aiohttp.ClientError, WebSocketDisconnect, RuntimeError)
+
+
+def _unexpected(client: WebSocket, done: set[asyncio.Task[None]]) -> bool:
+    """Whether a task of the socket ended on a fault of the server's own (it is logged)."""
+    for task in done:
+        exc = task.exception()
+        if exc is not None and not isinstance(exc, _GONE):
+            log.error(
+                "WebSocket %s: %s: %s",
+                client.scope.get("path"),
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            return True
+    return False
 
 
 _RESPONSES: Final = get_dialect("responses")
