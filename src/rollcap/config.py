@@ -282,18 +282,17 @@ def _header_names(raw: object) -> tuple[str, ...]:
     return tuple(name.strip().lower() for name in raw)
 
 
-def _count(config: Mapping[str, Any], key: str, default: int) -> int:
+def _count(
+    config: Mapping[str, Any], key: str, default: int, what: str = "a whole number of at least 1"
+) -> int:
     value = config.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key} must be a whole number of at least 1, got {value!r}")
+        raise ConfigError(f"{key} must be {what}, got {value!r}")
     return value
 
 
 def _byte_count(config: Mapping[str, Any], key: str, default: int) -> int:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key} must be a positive whole number of bytes, got {value!r}")
-    return value
+    return _count(config, key, default, "a positive whole number of bytes")
 
 
 def base_urls(key: str, raw: object) -> str | tuple[str, ...] | None:

@@ -63,7 +63,6 @@ from rollcap.server._socket_events import (
 from rollcap.server._socket_state import PreviousResponseNotFound, SocketState, prepared_response
 from rollcap.server._translating import CHAT_PATH, Translation
 from rollcap.server._upstream import Backend
-from rollcap.server._writer import RecordWriter
 from rollcap.sse import SSEDecoder, SSEEvent, is_event_stream
 
 __all__ = [
@@ -257,19 +256,22 @@ class _Turns:
             return False
         self._turns.popleft()
         try:
-            if recorder is not None:
-                recorder.finish(now())
-                await self._capture.write(self._writer(), self._rollout_id or "", recorder, call)
+            await self._record(turn, None)
             await self._client.send_text(data)
             call.client(time.monotonic(), size, last=True)
         finally:
             self._close(call)
         return True
 
-    def _writer(self) -> RecordWriter:
-        writer: RecordWriter | None = self._state.writer
+    async def _record(self, turn: _Turn, failure: CallFailure | None) -> None:
+        """The turn is over (``failure``: why it did not complete): its record, made durable."""
+        recorder = turn.recorder
+        if recorder is None:
+            return
+        writer = self._state.writer
         assert writer is not None  # a turn is only recorded with capture on
-        return writer
+        recorder.finish(now(), failure)
+        await self._capture.write(writer, self._rollout_id or "", recorder, turn.inflight)
 
     async def _end_turns(self, failure: CallFailure | None) -> None:
         """The socket closed: each open turn ends, ``failure`` its cause (``None``: the
@@ -280,11 +282,7 @@ class _Turns:
             if failure is CallFailure.CANCELLED:
                 turn.inflight.client_left(mono)
             try:
-                if turn.recorder is not None:
-                    turn.recorder.finish(now(), failure)
-                    await self._capture.write(
-                        self._writer(), self._rollout_id or "", turn.recorder, turn.inflight
-                    )
+                await self._record(turn, failure)
             finally:
                 self._close(turn.inflight)
 
@@ -297,6 +295,21 @@ class _Turns:
     async def _refused(self, error: SocketEventError) -> None:
         """A message that is no event: the server's own error event, sent nowhere else."""
         await self._client.send_text(error_event(400, error.code, str(error)).decode())
+
+    async def _next_event(self) -> tuple[ClientEvent, str | bytes] | None:
+        """The client's next event and its message as it came (an event may come as a binary
+        message too); ``None`` once the client has gone. A message that is no event is
+        answered here (``_refused``) and skipped."""
+        while True:
+            message = await self._client.receive()
+            if message["type"] == "websocket.disconnect":
+                return None
+            text: str | None = message.get("text")
+            data: str | bytes = text if text is not None else message.get("bytes") or b""
+            try:
+                return read_client_event(data), data
+            except SocketEventError as exc:
+                await self._refused(exc)
 
 
 class _Relay(_Turns):
@@ -327,21 +340,9 @@ class _Relay(_Turns):
             await self._client.close(code=code if code != 1005 else 1000)
 
     async def _from_client(self) -> None:
-        receive = self._client.receive
         upstream = self._upstream
-        while True:
-            message = await receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            # An event may come as a binary message too: it is read the same, and goes on as
-            # it came.
-            text: str | None = message.get("text")
-            data: str | bytes = text if text is not None else message.get("bytes") or b""
-            try:
-                event = read_client_event(data)
-            except SocketEventError as exc:
-                await self._refused(exc)
-                continue
+        while (received := await self._next_event()) is not None:
+            event, data = received
             if event.type == CREATE:
                 assert event.body is not None
                 if len(self._turns) >= MAX_OPEN_TURNS:
@@ -355,6 +356,7 @@ class _Relay(_Turns):
                     turn.recorder.upstream_attempt()
             else:
                 self._client_event(event.event)
+            # On as it came: text as text, binary as binary.
             if isinstance(data, str):
                 await upstream.send_str(data)
             else:
@@ -405,16 +407,8 @@ class _TranslatedSocket(_Turns):
         await self._end_turns(CallFailure.CANCELLED)
 
     async def _read(self) -> None:
-        while True:
-            message = await self._client.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            text: str | None = message.get("text")
-            try:
-                event = read_client_event(text if text is not None else message.get("bytes") or b"")
-            except SocketEventError as exc:
-                await self._refused(exc)
-                continue
+        while (received := await self._next_event()) is not None:
+            event, _ = received
             if event.type == CREATE:
                 await self._waiting.put(event)
             else:
@@ -524,9 +518,9 @@ class _TranslatedSocket(_Turns):
         finally:
             upstream.release()
         turn = self._turns[0]
-        if turn.recorder is not None and context_length_exceeded(status, load_json_object(raw)):
-            turn.recorder.context_exceeded()
         parsed = load_json_object(raw)
+        if turn.recorder is not None and context_length_exceeded(status, parsed):
+            turn.recorder.context_exceeded()
         error = parsed.get("error") if parsed is not None else None
         if not isinstance(error, dict):
             message = error_message(parsed) if parsed is not None else None
