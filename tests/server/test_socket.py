@@ -21,6 +21,7 @@ from rollcap.server._socket import MAX_OPEN_TURNS
 from rollcap.sse import SSEDecoder
 from rollcap.store import CaptureStore
 from rollcap.testing import FakeUpstream, expected_response
+from tests._polling import until
 from tests.server.conftest import CLIENT_KEY, UPSTREAM_KEY, model_server, settings_for
 
 TOOLS = [
@@ -150,6 +151,16 @@ async def test_a_tool_conversation_is_five_records_exact_and_byte_equal_to_direc
     assert CLIENT_KEY.encode() not in raw
 
 
+async def _written(capture: Path, rollout_id: str, count: int) -> None:
+    """Wait until the rollout has ``count`` records: a socket's turns are written once the
+    server has seen it close, after the client's ``close()`` returned."""
+
+    async def records() -> dict[str, Any]:
+        return {"records": len(_records(capture, rollout_id))}
+
+    await until(records, lambda seen: seen["records"] >= count, bound_s=10.0, every_s=0.02)
+
+
 async def _raw_socket(
     session: aiohttp.ClientSession, url: str, **headers: str
 ) -> aiohttp.ClientWebSocketResponse:
@@ -226,10 +237,7 @@ async def test_faults_end_in_one_record_each_or_none(
         first = await asyncio.wait_for(socket.receive(), 10)
         assert orjson.loads(first.data)["type"] == "response.created"
         await socket.close()
-        for _ in range(200):
-            if _records(capture, "3-0"):
-                break
-            await asyncio.sleep(0.02)
+        await _written(capture, "3-0", 1)
         (cancelled,) = _records(capture, "3-0")
         assert cancelled["error_category"] == "cancelled"
 
@@ -412,10 +420,7 @@ async def test_turns_past_the_bound_are_refused_and_a_closed_socket_ends_its_tur
             (refused,) = await _until_terminal(socket)
             assert refused["error"]["code"] == "too_many_turns"
             await socket.close()
-        for _ in range(500):
-            if len(_records(capture, "7-0")) == MAX_OPEN_TURNS:
-                break
-            await asyncio.sleep(0.02)
+        await _written(capture, "7-0", MAX_OPEN_TURNS)
         records = _records(capture, "7-0")
         assert len(records) == MAX_OPEN_TURNS
         assert {r["error_category"] for r in records} == {"cancelled"}
@@ -436,10 +441,7 @@ async def test_a_translated_turn_whose_client_leaves_is_cancelled(
         first = await asyncio.wait_for(socket.receive(), 10)
         assert orjson.loads(first.data)["type"] == "response.created"
         await socket.close()
-        for _ in range(500):
-            if _records(capture, "8-0"):
-                break
-            await asyncio.sleep(0.02)
+        await _written(capture, "8-0", 1)
         (record,) = _records(capture, "8-0")
         assert record["error_category"] == "cancelled"
         assert record["upstream_attempted"] is True
