@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck unit browser jq tmux harness nemo-gym demo bench screenshots clean
+.PHONY: test lint typecheck unit browser jq tmux zstd harness nemo-gym demo bench screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ browser:
 # tests/test_readme.py runs the README's commands as written, jq filters included: Debian's jq.
 jq:
 	$(call apt_install,jq,tests/test_readme.py)
+
+# tests/store/test_frames.py holds our frames to the zstd tool's (both ways): Debian's zstd.
+zstd:
+	$(call apt_install,zstd,the zstd differential test of tests/store/test_frames.py)
 
 # tests/status/test_stuck.py watches `rollcap status` in a real terminal: Debian's tmux.
 tmux:
@@ -101,7 +105,7 @@ $(NEMO_GYM_STAMP):
 	touch $(NEMO_GYM_STAMP)
 
 # The multi-node tests start Ray's simulated cluster: a pytest process of their own, after the rest.
-unit: $(STAMP) browser jq tmux harness nemo-gym
+unit: $(STAMP) browser jq tmux zstd harness nemo-gym
 	$(BIN)/python -m pytest -W error
 	$(BIN)/python -m pytest -W error -m ray
 

@@ -114,6 +114,7 @@ PURE = {
     "rollcap.staging._records",
     "rollcap.staging._routes",
     "rollcap.staging._terminal",
+    "rollcap.store._frames",
     "rollcap.store._mounts",
     "rollcap.testing._knobs",
     "rollcap.testing._plan",
@@ -161,6 +162,7 @@ PURE_MAY_IMPORT = frozenset(
         "typing_extensions",
         "unicodedata",
         "zlib",
+        "zstandard",  # compressed capture files: compression is computation on values
     }
 )
 

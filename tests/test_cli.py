@@ -76,6 +76,8 @@ MISSING_INPUTS = [
         ["{rollouts}", "--capture-dir", "{capture}", "-o", "{missing}/out.jsonl"],
         "{missing}: no such directory for the output",
     ),
+    ("compress", ["{missing}"], "{missing}: no such capture directory"),
+    ("decompress", ["{missing}"], "{missing}: no such capture directory"),
     ("export-otel", ["{missing}"], "{missing}: no such capture directory"),
     ("export-otel", ["{capture}", "--rollouts", "{missing}"], "{missing}: no such rollouts file"),
     ("report", ["{missing}"], "{missing}: no such directory"),

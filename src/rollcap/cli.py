@@ -22,11 +22,18 @@ from rollcap._runtime.heap import freeze_startup
 from rollcap.attachment import capture_attachment
 from rollcap.config import ConfigError, RunSettings, load_config
 from rollcap.report._otel_cli import add_export_otel_command, run_export_otel
-from rollcap.store import CaptureReadError, CaptureStore
+from rollcap.store import DEFAULT_LEVEL, CaptureReadError, CaptureStore, check_level
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+
+def _level(text: str) -> int:
+    try:
+        return check_level(int(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:
@@ -134,6 +141,11 @@ def _parser() -> argparse.ArgumentParser:
         help="log the rollouts and metrics to this W&B project at the end (rollcap[wandb])",
     )
     run.add_argument("--wandb-entity", metavar="E", help="the W&B entity (team or user)")
+    run.add_argument(
+        "--compress-capture",
+        action="store_true",
+        help="compact each rollout's capture into .capture.jsonl.zst once its line is built",
+    )
     _ray_arguments(run)
     _config_arguments(run)
 
@@ -171,6 +183,21 @@ def _parser() -> argparse.ArgumentParser:
     attach.add_argument(
         "-o", "--output", type=Path, metavar="OUT", help="default: rewrite ROLLOUTS in place"
     )
+    compress = capture_commands.add_parser(
+        "compress",
+        help="compact every plain capture file into .capture.jsonl.zst (verified, atomic)",
+    )
+    compress.add_argument("directory", help="the capture directory (model_call_capture_dir)")
+    compress.add_argument(
+        "--level",
+        type=_level,
+        default=DEFAULT_LEVEL,
+        help=f"the Zstandard level, 1 to 22 (default {DEFAULT_LEVEL})",
+    )
+    decompress = capture_commands.add_parser(
+        "decompress", help="expand every .capture.jsonl.zst back into its plain file"
+    )
+    decompress.add_argument("directory", help="the capture directory (model_call_capture_dir)")
     add_export_otel_command(capture_commands)
     report = capture_commands.add_parser(
         "report", help="write one self-contained HTML file that shows the run (opens offline)"
@@ -356,6 +383,25 @@ def _capture_attach(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _capture_recompress(args: argparse.Namespace) -> int:
+    """``capture compress`` and ``capture decompress``: one line of what was done, one line a
+    rollout that could not be (left as it was; exit 1)."""
+    from rollcap.store import compress_directory, decompress_directory
+
+    directory = _capture_dir(args.directory)
+    if args.capture_command == "compress":
+        done = compress_directory(directory, level=args.level)
+        verb = "compacted"
+    else:
+        done = decompress_directory(directory)
+        verb = "expanded"
+    for rollout_id, reason in done.failed:
+        print(f"rollout {rollout_id}: left as it was: {reason}", file=sys.stderr)
+    sizes = f" ({done.bytes_before} bytes -> {done.bytes_after})" if done.changed else ""
+    print(f"{verb} {done.changed} rollouts{sizes}; {done.unchanged} had nothing to do")
+    return EXIT_FAILURE if done.failed else EXIT_OK
+
+
 def _capture_export_otel(args: argparse.Namespace) -> int:
     # Checked here, ahead of the exporter (and of the check for its extra), so that a missing
     # input reads as it does for every other capture command.
@@ -523,7 +569,8 @@ def _eval_run(args: argparse.Namespace) -> int:
     from rollcap.workflow import EvalRequest, Progress, format_summary, run_eval
 
     _ray_took_an_override(args)
-    config = load_config(args.config, args.overrides)
+    overrides = [*args.overrides, *(["capture_compress=true"] if args.compress_capture else [])]
+    config = load_config(args.config, overrides)
     cluster = _cluster_settings(args, config)
     if cluster is None:
         _check_capture(RunSettings.from_config(config))
@@ -645,6 +692,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _capture_show(args.directory, args.rollout_id, not args.no_payloads)
         if args.command == "capture" and args.capture_command == "attach":
             return _capture_attach(args)
+        if args.command == "capture" and args.capture_command in ("compress", "decompress"):
+            return _capture_recompress(args)
         if args.command == "capture" and args.capture_command == "export-otel":
             return _capture_export_otel(args)
         if args.command == "capture" and args.capture_command == "report":

@@ -209,7 +209,7 @@ def _spans(
 ) -> Iterator[SpanData]:
     for rollout_id in rollout_ids:
         available = store.read_available(rollout_id)
-        capture_file = str(store.path_for(rollout_id).resolve())
+        capture_file = str(store.file_for(rollout_id).resolve())
         spans = rollout_spans(
             rollout_id,
             available.records,

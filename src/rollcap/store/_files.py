@@ -21,6 +21,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import sys
 import threading
 import time
@@ -37,13 +38,26 @@ import orjson
 from rollcap.ids import validate_rollout_id
 from rollcap.metrics import aggregate_raw
 from rollcap.records import ModelCallRecord, RawRecord
+from rollcap.store._frames import (
+    DEFAULT_LEVEL,
+    ZSTD_SUFFIX,
+    BadFrame,
+    Frame,
+    Gap,
+    decode_frame,
+    encode_frame,
+    join_contents,
+    read_frames,
+)
 from rollcap.store._group_commit import Handle, Pending, Sync, commit, finish
 from rollcap.store._shared import on_shared_filesystem
 
 __all__ = [
     "CAPTURE_SUFFIX",
+    "COMPRESSED_CAPTURE_SUFFIX",
     "INCOMPLETE_SUFFIX",
     "AvailableRecords",
+    "CaptureConflictError",
     "CaptureReadError",
     "CaptureStore",
     "aggregate_model_call_metrics",
@@ -51,13 +65,18 @@ __all__ = [
 ]
 
 CAPTURE_SUFFIX = ".capture.jsonl"
+COMPRESSED_CAPTURE_SUFFIX = CAPTURE_SUFFIX + ZSTD_SUFFIX
 INCOMPLETE_SUFFIX = ".capture.incomplete"
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 # How many threads append_many syncs a batch's files in; each syncs its share one by one.
 _SYNC_LANES = 4
-# An append whose file keeps being removed or replaced under it gives up after this many tries.
+# An append whose file keeps being removed or replaced under it gives up after this many tries;
+# so does a read whose files keep being compacted or expanded under it.
 _STALE_RETRIES = 8
+# A compaction's or expansion's file before it is renamed into place: hidden, and named by no
+# reader's suffix.
+TMP_SUFFIX = ".tmp"
 
 
 class CaptureReadError(orjson.JSONDecodeError):
@@ -84,6 +103,25 @@ class CaptureReadError(orjson.JSONDecodeError):
     def __reduce__(self) -> tuple[Any, ...]:
         # JSONDecodeError's would rebuild it from (msg, doc, pos), which are not our arguments.
         return (type(self), (self.path, self.line_number, self.reason, self.doc, self.pos))
+
+
+class CaptureConflictError(OSError):
+    """A rollout has a plain and a compressed capture file that disagree: rollcap never merges
+    them, and every read of the rollout raises this (``errno.EEXIST``) until one is removed.
+
+    They agree when the compressed file's content is the start of the plain one's: a
+    compaction or an expansion stopped between publishing one and removing the other, and the
+    plain file is read.
+    """
+
+    def __init__(self, plain: str, compressed: str) -> None:
+        super().__init__(
+            errno.EEXIST,
+            f"{plain} and {compressed} both exist and differ; rollcap reads neither and never "
+            "merges them: keep the one that holds the rollout and remove the other",
+        )
+        self.plain = plain
+        self.compressed = compressed
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,14 +289,24 @@ class CaptureStore:
         finally:
             os.close(fd)
 
-    def _open_for_append(self, path: str, *, sync_new: bool) -> tuple[int, bool]:
-        """The descriptor, and whether the file was created (its directory entry then needs a
-        directory sync to be durable: done here when ``sync_new``, else by the caller)."""
+    def _open_for_append(self, path: str, *, sync_new: bool) -> tuple[Handle, bool]:
+        """The handle of the rollout's file, and whether the file was created (its directory
+        entry then needs a directory sync to be durable: done here when ``sync_new``, else by
+        the caller). A rollout compacted already gets its compressed file, each batch then
+        appended as a frame; the plain file is created only when neither exists."""
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC  # read: the torn-line check
+        identity = self._check_identity
         try:
-            return os.open(path, flags), False
+            return Handle(os.open(path, flags), path if identity else None), False
         except FileNotFoundError:
             pass
+        packed = path + ZSTD_SUFFIX
+        try:
+            fd = os.open(packed, flags)
+        except FileNotFoundError:
+            pass
+        else:
+            return Handle(fd, packed if identity else None, level=DEFAULT_LEVEL), False
         self._ensure_directory()
         fd = os.open(path, flags | os.O_CREAT, _FILE_MODE)
         if sync_new:
@@ -267,7 +315,7 @@ class CaptureStore:
             except BaseException:
                 os.close(fd)
                 raise
-        return fd, True
+        return Handle(fd, path if identity else None), True
 
     def _checkout(self, path: str, *, sync_new: bool = True) -> tuple[Handle, bool]:
         """The cached handle of ``path``, opened (and created) if need be; and whether the file
@@ -278,8 +326,7 @@ class CaptureStore:
                 self._handles.move_to_end(path)
                 return handle, False
         # Opening may create the file and sync the directory: not under the store-wide lock.
-        fd, created = self._open_for_append(path, sync_new=sync_new)
-        handle = Handle(fd, path if self._check_identity else None)
+        handle, created = self._open_for_append(path, sync_new=sync_new)
         with self._lock:
             stale = [self._handles.pop(path, None)]  # retired, or opened by a racing thread
             self._handles[path] = handle
@@ -433,41 +480,60 @@ class CaptureStore:
                 )
             return self._sync_pool
 
-    def _read_lines(self, path: str | Path) -> list[bytes]:
-        """The file's lines under a shared lock; a missing file has none."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return []
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-        lines = b"".join(chunks).split(b"\n")
-        if lines[-1] == b"":
-            lines.pop()
-        return lines
+    def _entries(self, rollout_id: str) -> tuple[str, list[bytes | Gap]]:
+        """The file read and its lines (blank ones too), a ``Gap`` for each stretch of a compressed
+        file that decodes to none; a rollout with no file has none.
+
+        Read under shared locks. The plain file's lock is held while the compressed one is
+        read, and compaction holds it exclusively until the plain file is gone, so the two are
+        never read from different sides of one compaction.
+        """
+        plain = self._file(rollout_id)
+        packed = plain + ZSTD_SUFFIX
+        for _ in range(_STALE_RETRIES):
+            try:
+                data = _read_shared(plain, then=packed)
+            except _Moved:
+                continue
+            if data is not None:
+                plain_data, packed_data = data
+                if packed_data is not None:
+                    _check_agree(plain, plain_data, packed, packed_data)
+                return plain, _plain_entries(plain_data)
+            try:
+                packed_only = _read_shared(packed)
+            except _Moved:
+                continue
+            if packed_only is not None:
+                return packed, _frame_entries(packed_only[0])
+            if not os.path.exists(plain):  # else published by an expansion meanwhile
+                return plain, []
+        raise OSError(
+            errno.ESTALE, f"{plain} was compacted or expanded {_STALE_RETRIES} times while read"
+        )
 
     def read(self, rollout_id: str) -> list[dict[str, Any]]:
         """Every record in file order; raises ``CaptureReadError`` on the first bad line.
 
         A rollout with no file has no records: ``[]``. A blank (whitespace-only) line is no
         record and no error, as in ``read_available`` (and in NeMo Gym's readers); an error
-        names the line by its number in the file, blank lines counted.
+        names the line by its number in the file, blank lines counted. A compressed file reads
+        as its plain form; a stretch of it that decodes to nothing is a bad line.
+        ``CaptureConflictError`` when both forms exist and differ.
         """
-        path = self.path_for(rollout_id)
+        path, entries = self._entries(rollout_id)
         records: list[dict[str, Any]] = []
-        for number, line in enumerate(self._read_lines(path), start=1):
-            if not line.strip():
+        for number, line in enumerate(entries, start=1):
+            if not isinstance(line, Gap) and not line.strip():
                 continue
+            if isinstance(line, Gap):
+                reason = f"bytes {line.start}-{line.end} are no frame that decodes ({line.reason})"
+                raise CaptureReadError(Path(path), number, reason)
             parsed = _parse_line(line)
             if isinstance(parsed, tuple):
                 reason, pos = parsed
                 doc = line.decode("utf-8", errors="replace")
-                raise CaptureReadError(path, number, reason, doc, pos)
+                raise CaptureReadError(Path(path), number, reason, doc, pos)
             records.append(parsed)
         return records
 
@@ -475,18 +541,142 @@ class CaptureStore:
         """Every whole record with its 0-based index, skipping (and counting) bad lines.
 
         A bad line keeps its index, so the records after it keep theirs; a blank line is no
-        record at all: it is neither counted nor given an index.
+        record at all: it is neither counted nor given an index. A stretch of a compressed file
+        that decodes to nothing (a frame cut short by a crash, a corrupt one) is one bad line.
+        ``CaptureConflictError`` when both forms exist and differ.
         """
         good: list[tuple[int, dict[str, Any]]] = []
         bad = 0
-        lines = (line for line in self._read_lines(self._file(rollout_id)) if line.strip())
+        entries = self._entries(rollout_id)[1]
+        lines = (line for line in entries if isinstance(line, Gap) or line.strip())
         for index, line in enumerate(lines):
-            parsed = _parse_line(line)
-            if isinstance(parsed, tuple):
-                bad += 1
-            else:
+            parsed = line if isinstance(line, Gap) else _parse_line(line)
+            if isinstance(parsed, dict):
                 good.append((index, parsed))
+            else:
+                bad += 1
         return AvailableRecords(good, bad)
+
+    def file_for(self, rollout_id: str) -> Path:
+        """The rollout's capture file as it is now: the plain one, else the compressed one if
+        it exists (else the plain one's path, where a first record would go)."""
+        plain = self.path_for(rollout_id)
+        packed = plain.with_name(plain.name + ZSTD_SUFFIX)
+        return packed if not plain.exists() and packed.exists() else plain
+
+    def compact(self, rollout_id: str, *, level: int = DEFAULT_LEVEL) -> bool:
+        """Compact the rollout's plain file into ``<file>.zst``: one frame, verified, durable.
+
+        Under the plain file's exclusive lock (appends wait): its bytes are compressed, written
+        to a hidden temporary with the plain file's permissions, fsynced, read back and
+        decompressed and compared byte for byte, renamed over the compressed name, the
+        directory synced, and only then is the plain file removed. A failure anywhere raises and
+        keeps the plain file; the process dying anywhere leaves every record readable once
+        (a temporary is ignored, and a compressed file whose content starts the plain one's is
+        the plain file's leftover). Appends that come later add frames to the compressed file.
+
+        False, with nothing done, when there is no plain file or it is empty (a rollout with no
+        call yet). ``CaptureConflictError`` when a compressed file that disagrees is there.
+        """
+        plain = self._file(rollout_id)
+        packed = plain + ZSTD_SUFFIX
+        try:
+            fd = os.open(plain, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if st.st_nlink == 0 or st.st_size == 0:
+                return False  # compacted or cleared meanwhile, or nothing to compact
+            data = _read_all(fd)
+            existing = _read_shared(packed)
+            if existing is not None:
+                _check_agree(plain, data, packed, existing[0])
+            frame = encode_frame(data, level)
+            self._publish(packed, frame, data, st.st_mode, decode=_decode_whole)
+            with self._lock:
+                handle = self._handles.pop(plain, None)
+            if handle is not None:
+                handle.retire()
+            os.unlink(plain)
+            self._fsync_directory()
+        finally:
+            os.close(fd)  # releases the lock: waiting appends find the plain file gone
+        return True
+
+    def expand(self, rollout_id: str) -> bool:
+        """Undo ``compact``: the compressed file's plain form written, verified and published,
+        then the compressed file removed, under its exclusive lock (appends to it wait).
+
+        A compressed file with a stretch that decodes to nothing is left as it is and raises
+        ``CaptureReadError``: its plain form would lose that stretch. False, with nothing done,
+        when there is no compressed file. A plain file there already that the compressed one's
+        content starts is kept (the compressed file is only removed); one that disagrees raises
+        ``CaptureConflictError``.
+        """
+        plain = self._file(rollout_id)
+        packed = plain + ZSTD_SUFFIX
+        try:
+            fd = os.open(packed, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if st.st_nlink == 0:
+                return False
+            packed_data = _read_all(fd)
+            content = _strict_content(packed, packed_data)
+            # Read without its lock: locks are taken plain first, compressed second, and a
+            # plain file beside the compressed one is a leftover that only grows.
+            existing = _read_unlocked(plain)
+            if existing is not None:
+                _check_agree(plain, existing, packed, packed_data)
+            else:
+                self._publish(plain, content, content, st.st_mode, decode=bytes)
+            with self._lock:
+                handle = self._handles.pop(plain, None)
+            if handle is not None:
+                handle.retire()
+            os.unlink(packed)
+            self._fsync_directory()
+        finally:
+            os.close(fd)
+        return True
+
+    def _publish(
+        self,
+        path: str,
+        data: bytes,
+        expected: bytes,
+        mode: int,
+        *,
+        decode: Callable[[bytes], bytes],
+    ) -> None:
+        """Write ``data`` to ``path`` atomically and durably, once ``decode`` of what the disk
+        holds gives back ``expected``; nothing is left at ``path`` if anything fails."""
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, f".{name}{TMP_SUFFIX}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
+        try:
+            try:
+                os.fchmod(fd, stat.S_IMODE(mode))
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+                written = os.pread(fd, len(data) + 1, 0)
+            finally:
+                os.close(fd)
+            if decode(written) != expected:
+                raise OSError(errno.EIO, f"{tmp} does not read back as what was written")
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._fsync_directory()
 
     def clear(self, rollout_id: str) -> None:
         """Remove the rollout's file and marker; a missing one is fine, any other error raises."""
@@ -496,7 +686,8 @@ class CaptureStore:
             handle.retire()
         # String paths: collection clears and reads a rollout's files on every dispatch, and
         # building Path objects cost more than the system calls.
-        for path in (self._file(rollout_id), self._marker(rollout_id)):
+        plain = self._file(rollout_id)
+        for path in (plain, plain + ZSTD_SUFFIX, self._marker(rollout_id)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
@@ -520,9 +711,12 @@ class CaptureStore:
         os.close(fd)
 
     def has_capture(self, rollout_id: str) -> bool:
-        """Whether the rollout's file or its incomplete marker exists (one that cannot be
-        looked at counts as absent)."""
-        return os.path.exists(self._file(rollout_id)) or os.path.exists(self._marker(rollout_id))
+        """Whether the rollout's file (plain or compressed) or its incomplete marker exists (one
+        that cannot be looked at counts as absent)."""
+        plain = self._file(rollout_id)
+        return any(
+            os.path.exists(path) for path in (plain, plain + ZSTD_SUFFIX, self._marker(rollout_id))
+        )
 
     def is_incomplete(self, rollout_id: str) -> bool:
         try:
@@ -531,13 +725,115 @@ class CaptureStore:
             return False
         return True  # other errors raise: an attachment reports the marker as unreadable
 
-    def rollout_ids(self) -> list[str]:
-        """Ids of the rollouts that have a capture file, sorted."""
+    def rollout_ids(self, *, compressed: bool | None = None) -> list[str]:
+        """Ids of the rollouts that have a capture file, plain or compressed, sorted, each once.
+
+        ``compressed``: only those with a compressed file (True) or a plain one (False).
+        """
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             return []
-        return sorted(name[: -len(self._suffix)] for name in names if name.endswith(self._suffix))
+        packed = self._suffix + ZSTD_SUFFIX
+        ids: set[str] = set()
+        for name in names:
+            if name.endswith(self._suffix) and compressed is not True:
+                ids.add(name[: -len(self._suffix)])
+            elif name.endswith(packed) and compressed is not False and not name.startswith("."):
+                ids.add(name[: -len(packed)])
+        return sorted(ids)
+
+
+class _Moved(Exception):
+    """The file was removed between being opened and locked (compacted, expanded, cleared)."""
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _read_unlocked(path: str) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        return _read_all(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_shared(path: str, *, then: str | None = None) -> tuple[bytes, bytes | None] | None:
+    """``path``'s bytes under a shared lock (None: no such file), and, read while that lock is
+    still held, ``then``'s (None: none). ``_Moved`` when ``path`` was removed before the lock
+    was taken."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        if os.fstat(fd).st_nlink == 0:
+            raise _Moved
+        data = _read_all(fd)
+        other = None if then is None else _read_shared(then)
+    finally:
+        os.close(fd)
+    return data, None if other is None else other[0]
+
+
+def _lines(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return lines
+
+
+def _plain_entries(data: bytes) -> list[bytes | Gap]:
+    return list(_lines(data))
+
+
+def _frame_entries(data: bytes) -> list[bytes | Gap]:
+    entries: list[bytes | Gap] = []
+    for part in read_frames(data):
+        if isinstance(part, Frame):
+            # Each frame holds whole lines: a torn one at a frame's end stays a line of its own.
+            entries.extend(_lines(part.content))
+        else:
+            entries.append(part)
+    return entries
+
+
+def _strict_content(path: str, data: bytes) -> bytes:
+    """The plain form of a compressed file; ``CaptureReadError`` at its first bad stretch."""
+    contents: list[bytes] = []
+    for part in read_frames(data):
+        if isinstance(part, Gap):
+            reason = f"bytes {part.start}-{part.end} are no frame that decodes ({part.reason})"
+            raise CaptureReadError(Path(path), len(contents) + 1, reason)
+        contents.append(part.content)
+    return join_contents(contents)
+
+
+def _decode_whole(data: bytes) -> bytes:
+    try:
+        return decode_frame(data)
+    except BadFrame:
+        return b""  # never what was compressed (an empty file is never compacted)
+
+
+def _check_agree(plain: str, plain_data: bytes, packed: str, packed_data: bytes) -> None:
+    """Raise ``CaptureConflictError`` unless the compressed file's content starts the plain
+    one's: what a compaction or expansion leaves when it stops between its two steps."""
+    try:
+        content = _strict_content(packed, packed_data)
+    except CaptureReadError:
+        raise CaptureConflictError(plain, packed) from None
+    if not plain_data.startswith(content):
+        raise CaptureConflictError(plain, packed)
 
 
 _STORES: weakref.WeakSet[CaptureStore] = weakref.WeakSet()

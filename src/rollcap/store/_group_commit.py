@@ -30,6 +30,8 @@ import threading
 import weakref
 from dataclasses import dataclass
 
+from rollcap.store._frames import encode_frame
+
 __all__ = ["Handle", "Pending", "Sync", "commit", "finish"]
 
 
@@ -48,6 +50,7 @@ class Handle:
         "end",
         "fd",
         "leading",
+        "level",
         "lock",
         "path",
         "queue",
@@ -55,10 +58,12 @@ class Handle:
         "syncing",
     )
 
-    def __init__(self, fd: int, path: str | None = None) -> None:
+    def __init__(self, fd: int, path: str | None = None, *, level: int | None = None) -> None:
         self.fd = fd
         # The file fd must still be, checked under the lock before a write (None: not checked).
         self.path = path
+        # A compressed file's handle: each batch is written as one frame of this level.
+        self.level = level
         self.lock = threading.Lock()  # guards every field but ``end``, which only leaders use
         self.queue: list[Pending] = []  # lines no leader has taken yet
         self.leading = False  # a leader is writing, or is chosen; always so while queue is not []
@@ -231,6 +236,10 @@ def _is_file_at_path(st: os.stat_result, path: str) -> bool:
 
 def _write_locked(handle: Handle, fd: int, batch: list[Pending]) -> bool:
     data = batch[0].line if len(batch) == 1 else b"".join([p.line for p in batch])
+    if handle.level is not None:
+        # Compressed before the lock is taken: other writers wait only for the write. A torn
+        # frame before this one costs a reader only itself (``read_frames``).
+        data = encode_frame(data, handle.level)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         st = os.fstat(fd)
@@ -240,7 +249,8 @@ def _write_locked(handle: Handle, fd: int, batch: list[Pending]) -> bool:
         if st.st_nlink == 0 or (handle.path is not None and not _is_file_at_path(st, handle.path)):
             return False
         size = st.st_size
-        if size and size != handle.end and os.pread(fd, 1, size - 1) != b"\n":
+        torn_check = handle.level is None and size and size != handle.end
+        if torn_check and os.pread(fd, 1, size - 1) != b"\n":
             # A crash tore the last line. Without this newline the new record would be
             # glued onto the torn one and lost with it.
             data = b"\n" + data
