@@ -384,21 +384,25 @@ def _capture_attach(args: argparse.Namespace) -> int:
 
 
 def _capture_recompress(args: argparse.Namespace) -> int:
-    """``capture compress`` and ``capture decompress``: one line of what was done, one line a
-    rollout that could not be (left as it was; exit 1)."""
-    from rollcap.store import compress_directory, decompress_directory
+    """``capture compress`` and ``capture decompress``, of the capture files and the token
+    ledger's beside them: one line of what was done, one line a rollout that could not be
+    (left as it was; exit 1)."""
+    from rollcap.staging import LINEAGE_MARKER_SUFFIX, LINEAGE_SUFFIX
+    from rollcap.store import DirectoryPass, compress_directory, decompress_directory
 
     directory = _capture_dir(args.directory)
-    if args.capture_command == "compress":
-        done = compress_directory(directory, level=args.level)
-        verb = "compacted"
-    else:
-        done = decompress_directory(directory)
-        verb = "expanded"
+    done = DirectoryPass()
+    for kind in ({}, {"suffix": LINEAGE_SUFFIX, "marker_suffix": LINEAGE_MARKER_SUFFIX}):
+        if args.capture_command == "compress":
+            this = compress_directory(directory, level=args.level, **kind)
+        else:
+            this = decompress_directory(directory, **kind)
+        done.add(this)
+    verb = "compacted" if args.capture_command == "compress" else "expanded"
     for rollout_id, reason in done.failed:
         print(f"rollout {rollout_id}: left as it was: {reason}", file=sys.stderr)
     sizes = f" ({done.bytes_before} bytes -> {done.bytes_after})" if done.changed else ""
-    print(f"{verb} {done.changed} rollouts{sizes}; {done.unchanged} had nothing to do")
+    print(f"{verb} {done.changed} files{sizes}; {done.unchanged} had nothing to do")
     return EXIT_FAILURE if done.failed else EXIT_OK
 
 

@@ -20,6 +20,7 @@ from rollcap.staging._fingerprint import (
     conversation_digest,
 )
 from rollcap.staging._ledger import (
+    LINEAGE_SUFFIX,
     CaptureLedgerCommit,
     FileLineageStore,
     ParentRow,
@@ -821,3 +822,27 @@ def test_rows_another_appender_writes_read_as_the_store_writes_them(
     assert other.manifest("r1") == store.manifest("r1")
     with pytest.raises(ValueError, match="non-empty reason"):
         _ledger.failure_row("c2", "")
+
+
+def test_a_ledger_compacted_by_capture_compress_reads_and_takes_rows_as_frames(
+    store: FileLineageStore,
+) -> None:
+    from rollcap.cli import main
+
+    store.record(spec_root_commit())
+    store.record_failure("r1", "c1", REASON_WORKER_CAPTURE_FAILED)
+    before = store.manifest("r1")
+    assert main(["capture", "compress", str(store.root)]) == 0
+    packed = store.root / f"r1{LINEAGE_SUFFIX}.zst"
+    assert packed.exists()
+    assert not store.path("r1").exists()
+    fresh = FileLineageStore(store.root)
+    assert fresh.manifest("r1") == before
+    store.record(spec_root_commit())  # the same row again: still a no-op
+    store.record_failure("r1", "c2", REASON_WORKER_CAPTURE_FAILED)  # a frame of its own
+    assert not store.path("r1").exists()
+    failures = [f.model_call_id for f in FileLineageStore(store.root).manifest("r1").failures]
+    assert failures == ["c1", "c2"]
+    assert main(["capture", "decompress", str(store.root)]) == 0
+    assert not packed.exists()
+    assert [f.model_call_id for f in store.manifest("r1").failures] == ["c1", "c2"]

@@ -58,7 +58,7 @@ def test_the_cli_says_what_it_did(tmp_path: Path, capsys: pytest.CaptureFixture[
     _directory(tmp_path, 2)
     assert main(["capture", "compress", str(tmp_path), "--level", "19"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("compacted 2 rollouts (")
+    assert out.startswith("compacted 2 files (")
     assert out.endswith("; 1 had nothing to do\n")
     assert main(["capture", "list", str(tmp_path)]) == 0
     listing = capsys.readouterr().out.splitlines()
@@ -68,7 +68,7 @@ def test_the_cli_says_what_it_did(tmp_path: Path, capsys: pytest.CaptureFixture[
         ["empty-0", "0"],
     ]
     assert main(["capture", "decompress", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.startswith("expanded 2 rollouts")
+    assert capsys.readouterr().out.startswith("expanded 2 files")
     with pytest.raises(SystemExit):
         main(["capture", "compress", str(tmp_path), "--level", "23"])
     assert "1 to 22" in capsys.readouterr().err

@@ -54,6 +54,7 @@ from rollcap.staging import (
     CAPTURE_FIELD,
     COORDS_FIELD,
     FINGERPRINT_VERSION,
+    LINEAGE_MARKER_SUFFIX,
     LINEAGE_SUFFIX,
     REASON_INVALID_WORKER_COMMIT_COORDINATES,
     REASON_REQUEST_FINISHED_WITHOUT_STAGED_COORDINATES,
@@ -129,7 +130,7 @@ class StagedCalls:
         # (which FileLineageStore's own appends take too). The gate mints every call id, so
         # each row is written once and needs no check against what is there.
         self.rows = RecordWriter(
-            CaptureStore(ledger.root, suffix=LINEAGE_SUFFIX, marker_suffix=".lineage.incomplete")
+            CaptureStore(ledger.root, suffix=LINEAGE_SUFFIX, marker_suffix=LINEAGE_MARKER_SUFFIX)
         )
 
     def close(self) -> None:

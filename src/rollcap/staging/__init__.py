@@ -64,6 +64,7 @@ from rollcap.staging._fingerprint import (
     response_items,
 )
 from rollcap.staging._ledger import (
+    LINEAGE_MARKER_SUFFIX,
     LINEAGE_SUFFIX,
     CaptureLedgerCommit,
     FileLineageStore,
@@ -150,6 +151,7 @@ __all__ = [
     "EMPTY_EXTRAS_DIGEST",
     "EXTRAS_DIGEST_VERSION",
     "FINGERPRINT_VERSION",
+    "LINEAGE_MARKER_SUFFIX",
     "LINEAGE_SUFFIX",
     "MANIFEST_PATH_TEMPLATE",
     "MISSING_ROUTE_SENTINEL",

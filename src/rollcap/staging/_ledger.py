@@ -45,9 +45,11 @@ from rollcap.staging._records import (
     RolloutManifest,
     check_rollout_id,
 )
+from rollcap.store import ZSTD_SUFFIX, CaptureStore
 
 __all__ = [
     "DEFAULT_MAX_CACHED_ROLLOUTS",
+    "LINEAGE_MARKER_SUFFIX",
     "LINEAGE_SUFFIX",
     "LOCK_SUFFIX",
     "CaptureLedgerCommit",
@@ -59,6 +61,7 @@ __all__ = [
 ]
 
 LINEAGE_SUFFIX = ".lineage.jsonl"
+LINEAGE_MARKER_SUFFIX = ".lineage.incomplete"
 LOCK_SUFFIX = ".tokens.lock"
 DEFAULT_MAX_CACHED_ROLLOUTS = 4096
 
@@ -437,7 +440,7 @@ class FileLineageStore:
             stat = os.stat(path)
         except FileNotFoundError:
             self._forget(rollout_id)
-            return None
+            return self._read_compressed(rollout_id)
         cached = self._cached(rollout_id)
         if cached is not None and (cached.device, cached.inode, cached.size) == (
             stat.st_dev,
@@ -455,7 +458,7 @@ class FileLineageStore:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             self._forget(rollout_id)
-            return None
+            return self._read_compressed(rollout_id)
         try:
             stat = os.fstat(fd)
             rows = self._cached(rollout_id)
@@ -478,16 +481,42 @@ class FileLineageStore:
         self._remember(rollout_id, rows)
         return rows
 
+    def _read_compressed(self, rollout_id: str) -> _Rows | None:
+        """The rows of a ledger ``capture compress`` compacted (``.lineage.jsonl.zst``), read
+        whole and never cached; None when there is none. Unreadable stretches are skipped as
+        torn lines are."""
+        if not (self._root / f"{rollout_id}{LINEAGE_SUFFIX}{ZSTD_SUFFIX}").exists():
+            return None
+        rows = _Rows(device=0, inode=0, size=0, consumed=0)
+        for _, row in self._compressed_store().read_available(rollout_id).records:
+            rows.add(row)
+        return rows
+
+    def _compressed_store(self) -> CaptureStore:
+        return CaptureStore(self._root, suffix=LINEAGE_SUFFIX, marker_suffix=LINEAGE_MARKER_SUFFIX)
+
     def _append_locked(self, rollout_id: str, row: Mapping[str, Any]) -> None:
-        """Append one row, fsynced; the caller holds the rollout's stripe and exclusive flock."""
+        """Append one row, fsynced; the caller holds the rollout's stripe and exclusive flock.
+
+        A compacted ledger gets the row as a frame of its compressed file (``CaptureStore``).
+        """
         path = self._root / f"{rollout_id}{LINEAGE_SUFFIX}"
         data = _dumps(row) + b"\n"
         created = not path.exists()
+        if created and self._read_compressed(rollout_id) is not None:
+            with self._compressed_store() as store:
+                store.append(rollout_id, row)
+            return
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             # The file itself too: a writer that appends rows through its own store (see
             # ledger_row) locks the file, not the lock file, and lines must never interleave.
             fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink == 0:  # compacted while this waited for the lock
+                os.close(fd)
+                fd = -1
+                self._append_locked(rollout_id, row)
+                return
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 # A torn line from a crash mid-append: end it, so this row is a line of its own
@@ -498,7 +527,8 @@ class FileLineageStore:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         if created:
             _fsync_directory(self._root)
 

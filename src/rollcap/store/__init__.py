@@ -23,7 +23,13 @@ from rollcap.store._files import (
     aggregate_model_call_metrics,
     read_model_call_records,
 )
-from rollcap.store._frames import DEFAULT_LEVEL, check_level, is_compressed, plain_name
+from rollcap.store._frames import (
+    DEFAULT_LEVEL,
+    ZSTD_SUFFIX,
+    check_level,
+    is_compressed,
+    plain_name,
+)
 from rollcap.store._jsonl import CompressedFileError, FrameWriter, iter_lines, whole_frames_length
 from rollcap.store._shared import LOCK_PROBE_NAME, CaptureDirError, check_capture_dir, try_lock
 
@@ -33,6 +39,7 @@ __all__ = [
     "DEFAULT_LEVEL",
     "INCOMPLETE_SUFFIX",
     "LOCK_PROBE_NAME",
+    "ZSTD_SUFFIX",
     "AvailableRecords",
     "CaptureConflictError",
     "CaptureDirError",

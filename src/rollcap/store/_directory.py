@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollcap.store._files import CAPTURE_SUFFIX, TMP_SUFFIX, CaptureStore
+from rollcap.store._files import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, TMP_SUFFIX, CaptureStore
 from rollcap.store._frames import DEFAULT_LEVEL, ZSTD_SUFFIX
 
 __all__ = ["DirectoryPass", "compress_directory", "decompress_directory"]
@@ -34,24 +34,44 @@ class DirectoryPass:
     bytes_after: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
 
+    def add(self, other: DirectoryPass) -> None:
+        """Count ``other``'s work in with this one's."""
+        self.changed += other.changed
+        self.unchanged += other.unchanged
+        self.bytes_before += other.bytes_before
+        self.bytes_after += other.bytes_after
+        self.failed.extend(other.failed)
+
 
 def compress_directory(
-    directory: str | os.PathLike[str], *, level: int = DEFAULT_LEVEL
+    directory: str | os.PathLike[str],
+    *,
+    level: int = DEFAULT_LEVEL,
+    suffix: str = CAPTURE_SUFFIX,
+    marker_suffix: str = INCOMPLETE_SUFFIX,
 ) -> DirectoryPass:
-    """Compact every plain capture file of ``directory`` (see ``CaptureStore.compact``)."""
-    store = CaptureStore(directory)
-    return _each(
-        store, store.rollout_ids(compressed=False), lambda r: store.compact(r, level=level)
-    )
+    """Compact every plain capture file of ``directory`` (see ``CaptureStore.compact``); with
+    ``suffix`` and ``marker_suffix``, the per-rollout files of that kind (the token ledger)."""
+    store = CaptureStore(directory, suffix=suffix, marker_suffix=marker_suffix)
+    plain = store.rollout_ids(compressed=False)
+    return _each(store, plain, lambda rollout_id: store.compact(rollout_id, level=level), suffix)
 
 
-def decompress_directory(directory: str | os.PathLike[str]) -> DirectoryPass:
-    """Expand every compressed capture file of ``directory`` (see ``CaptureStore.expand``)."""
-    store = CaptureStore(directory)
-    return _each(store, store.rollout_ids(compressed=True), store.expand)
+def decompress_directory(
+    directory: str | os.PathLike[str],
+    *,
+    suffix: str = CAPTURE_SUFFIX,
+    marker_suffix: str = INCOMPLETE_SUFFIX,
+) -> DirectoryPass:
+    """Expand every compressed capture file of ``directory`` (see ``CaptureStore.expand``),
+    or of the kind ``suffix`` names."""
+    store = CaptureStore(directory, suffix=suffix, marker_suffix=marker_suffix)
+    return _each(store, store.rollout_ids(compressed=True), store.expand, suffix)
 
 
-def _each(store: CaptureStore, ids: list[str], change: Callable[[str], bool]) -> DirectoryPass:
+def _each(
+    store: CaptureStore, ids: list[str], change: Callable[[str], bool], suffix: str
+) -> DirectoryPass:
     done = DirectoryPass()
     with store:
         for rollout_id in ids:
@@ -67,7 +87,7 @@ def _each(store: CaptureStore, ids: list[str], change: Callable[[str], bool]) ->
                 done.bytes_after += _size(store, rollout_id)
             else:
                 done.unchanged += 1
-    _remove_orphans(store.directory)
+    _remove_orphans(store.directory, suffix)
     return done
 
 
@@ -78,7 +98,7 @@ def _size(store: CaptureStore, rollout_id: str) -> int:
         return 0
 
 
-def _remove_orphans(directory: Path) -> None:
+def _remove_orphans(directory: Path, suffix: str) -> None:
     """Remove temporaries (``.<name>.tmp``) a killed pass left whose source is gone: with the
     source there, the next pass over that rollout rewrites them."""
     with contextlib.suppress(FileNotFoundError):
@@ -86,9 +106,9 @@ def _remove_orphans(directory: Path) -> None:
             if not (name.startswith(".") and name.endswith(TMP_SUFFIX)):
                 continue
             target = name[1 : -len(TMP_SUFFIX)]
-            if target.endswith(CAPTURE_SUFFIX + ZSTD_SUFFIX):
+            if target.endswith(suffix + ZSTD_SUFFIX):
                 source = target[: -len(ZSTD_SUFFIX)]
-            elif target.endswith(CAPTURE_SUFFIX):
+            elif target.endswith(suffix):
                 source = target + ZSTD_SUFFIX
             else:
                 continue
