@@ -380,3 +380,28 @@ def _read_only(archive: Path) -> None:
     assert lines[1].startswith("0 1 ")
     assert "Permission denied" in lines[1]
     assert {p.name: p.read_bytes() for p in archive.iterdir()} == before
+
+
+def test_a_batch_shares_its_syncs_and_one_failure_fails_only_its_rollout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.store._helpers import watch_fsyncs
+
+    store = CaptureStore(tmp_path)
+    ids = [f"{n}-0" for n in range(6)]
+    for rollout in ids:
+        for n in range(3):
+            store.append(rollout, numbered_record(n))
+    (tmp_path / f"{ids[2]}{COMPRESSED_CAPTURE_SUFFIX}").write_bytes(encode_frame(b"other\n"))
+    synced = watch_fsyncs(monkeypatch)
+    outcomes = store.compact_many([*ids, "9-9", "../bad"])
+    assert outcomes[:2] == [True, True]
+    assert isinstance(outcomes[2], CaptureConflictError)
+    assert outcomes[3:6] == [True, True, True]
+    assert outcomes[6] is False
+    assert isinstance(outcomes[7], ValueError)
+    assert synced.count(str(tmp_path)) == 2  # the directory: once to publish, once to remove
+    assert len([name for name in synced if name.endswith(".tmp")]) == 5
+    for rollout in ids[:2] + ids[3:]:
+        assert len(store.read(rollout)) == 3
+    assert store.path_for(ids[2]).exists()  # kept: its conflict is for a person to settle

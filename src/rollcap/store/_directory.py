@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollcap.store._files import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, TMP_SUFFIX, CaptureStore
+from rollcap.store._files import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
+from rollcap.store._forms import TMP_SUFFIX
 from rollcap.store._frames import DEFAULT_LEVEL, ZSTD_SUFFIX
 
 __all__ = ["DirectoryPass", "compress_directory", "decompress_directory"]

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
-import stat
 import sys
 import threading
 import time
@@ -38,17 +36,17 @@ import orjson
 from rollcap.ids import validate_rollout_id
 from rollcap.metrics import aggregate_raw
 from rollcap.records import ModelCallRecord, RawRecord
-from rollcap.store._frames import (
-    DEFAULT_LEVEL,
-    ZSTD_SUFFIX,
-    BadFrame,
-    Frame,
-    Gap,
-    decode_frame,
-    encode_frame,
-    join_contents,
-    read_frames,
+from rollcap.store._compaction import Steps, compact_many, expand
+from rollcap.store._forms import (
+    CaptureConflictError,
+    CaptureReadError,
+    Moved,
+    check_agree,
+    frame_entries,
+    plain_entries,
+    read_shared,
 )
+from rollcap.store._frames import DEFAULT_LEVEL, ZSTD_SUFFIX, Gap, check_level
 from rollcap.store._group_commit import Handle, Pending, Sync, commit, finish
 from rollcap.store._shared import on_shared_filesystem
 
@@ -74,54 +72,6 @@ _SYNC_LANES = 4
 # An append whose file keeps being removed or replaced under it gives up after this many tries;
 # so does a read whose files keep being compacted or expanded under it.
 _STALE_RETRIES = 8
-# A compaction's or expansion's file before it is renamed into place: hidden, and named by no
-# reader's suffix.
-TMP_SUFFIX = ".tmp"
-
-
-class CaptureReadError(orjson.JSONDecodeError):
-    """A capture file holds a line that is not one JSON object (strict reads only).
-
-    Also an ``orjson.JSONDecodeError`` (so a ``json.JSONDecodeError`` and a ``ValueError``):
-    code written for NeMo Gym, whose strict read lets orjson's error through, catches it as
-    that. Its text is ``<path>: line <n>: <reason>``; ``doc`` is the bad line, ``pos`` the
-    offset in it where parsing failed, and ``lineno`` and ``colno`` place that in the file.
-    """
-
-    def __init__(
-        self, path: Path, line_number: int, reason: str, doc: str = "", pos: int = 0
-    ) -> None:
-        message = f"{path}: line {line_number}: {reason}"
-        super().__init__(message, doc, pos)
-        # JSONDecodeError words its own text from doc and pos, which name the line, not the file.
-        self.args = (message,)
-        self.lineno = line_number
-        self.path = path
-        self.line_number = line_number
-        self.reason = reason
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # JSONDecodeError's would rebuild it from (msg, doc, pos), which are not our arguments.
-        return (type(self), (self.path, self.line_number, self.reason, self.doc, self.pos))
-
-
-class CaptureConflictError(OSError):
-    """A rollout has a plain and a compressed capture file that disagree: rollcap never merges
-    them, and every read of the rollout raises this (``errno.EEXIST``) until one is removed.
-
-    They agree when the compressed file's content is the start of the plain one's: a
-    compaction or an expansion stopped between publishing one and removing the other, and the
-    plain file is read.
-    """
-
-    def __init__(self, plain: str, compressed: str) -> None:
-        super().__init__(
-            errno.EEXIST,
-            f"{plain} and {compressed} both exist and differ; rollcap reads neither and never "
-            "merges them: keep the one that holds the rollout and remove the other",
-        )
-        self.plain = plain
-        self.compressed = compressed
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,20 +442,20 @@ class CaptureStore:
         packed = plain + ZSTD_SUFFIX
         for _ in range(_STALE_RETRIES):
             try:
-                data = _read_shared(plain, then=packed)
-            except _Moved:
+                data = read_shared(plain, then=packed)
+            except Moved:
                 continue
             if data is not None:
                 plain_data, packed_data = data
                 if packed_data is not None:
-                    _check_agree(plain, plain_data, packed, packed_data)
-                return plain, _plain_entries(plain_data)
+                    check_agree(plain, plain_data, packed, packed_data)
+                return plain, plain_entries(plain_data)
             try:
-                packed_only = _read_shared(packed)
-            except _Moved:
+                packed_only = read_shared(packed)
+            except Moved:
                 continue
             if packed_only is not None:
-                return packed, _frame_entries(packed_only[0])
+                return packed, frame_entries(packed_only[0])
             if not os.path.exists(plain):  # else published by an expansion meanwhile
                 return plain, []
         raise OSError(
@@ -565,118 +515,59 @@ class CaptureStore:
         return packed if not plain.exists() and packed.exists() else plain
 
     def compact(self, rollout_id: str, *, level: int = DEFAULT_LEVEL) -> bool:
-        """Compact the rollout's plain file into ``<file>.zst``: one frame, verified, durable.
-
-        Under the plain file's exclusive lock (appends wait): its bytes are compressed, written
-        to a hidden temporary with the plain file's permissions, fsynced, read back and
-        decompressed and compared byte for byte, renamed over the compressed name, the
-        directory synced, and only then is the plain file removed. A failure anywhere raises and
-        keeps the plain file; the process dying anywhere leaves every record readable once
-        (a temporary is ignored, and a compressed file whose content starts the plain one's is
-        the plain file's leftover). Appends that come later add frames to the compressed file.
+        """Compact the rollout's plain file into ``<file>.zst``: one frame, verified, durable
+        (``_compaction``). Appends that come later add frames to the compressed file.
 
         False, with nothing done, when there is no plain file or it is empty (a rollout with no
-        call yet). ``CaptureConflictError`` when a compressed file that disagrees is there.
+        call yet); a failure raises and keeps the plain file (``CaptureConflictError`` when a
+        compressed file that disagrees is there).
         """
-        plain = self._file(rollout_id)
-        packed = plain + ZSTD_SUFFIX
-        try:
-            fd = os.open(plain, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            st = os.fstat(fd)
-            if st.st_nlink == 0 or st.st_size == 0:
-                return False  # compacted or cleared meanwhile, or nothing to compact
-            data = _read_all(fd)
-            existing = _read_shared(packed)
-            if existing is not None:
-                _check_agree(plain, data, packed, existing[0])
-            frame = encode_frame(data, level)
-            self._publish(packed, frame, data, st.st_mode, decode=_decode_whole)
-            with self._lock:
-                handle = self._handles.pop(plain, None)
-            if handle is not None:
-                handle.retire()
-            os.unlink(plain)
-            self._fsync_directory()
-        finally:
-            os.close(fd)  # releases the lock: waiting appends find the plain file gone
-        return True
+        outcome = self.compact_many([rollout_id], level=level)[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def compact_many(
+        self, rollout_ids: Sequence[str], *, level: int = DEFAULT_LEVEL
+    ) -> list[bool | BaseException]:
+        """``compact`` for each rollout, the fsyncs of each step shared by all: each one's
+        outcome (True, False, or its failure; an invalid id fails only itself)."""
+        paths: list[str] = []
+        failures: dict[int, BaseException] = {}
+        for index, rollout_id in enumerate(rollout_ids):
+            try:
+                paths.append(self._file(rollout_id))
+            except ValueError as exc:
+                failures[index] = exc
+        done = iter(compact_many(paths, check_level(level), self._steps()))
+        return [failures[i] if i in failures else next(done) for i in range(len(rollout_ids))]
 
     def expand(self, rollout_id: str) -> bool:
-        """Undo ``compact``: the compressed file's plain form written, verified and published,
-        then the compressed file removed, under its exclusive lock (appends to it wait).
+        """Undo ``compact`` (``_compaction.expand``): False when there is no compressed file."""
+        return expand(self._file(rollout_id), self._steps())
 
-        A compressed file with a stretch that decodes to nothing is left as it is and raises
-        ``CaptureReadError``: its plain form would lose that stretch. False, with nothing done,
-        when there is no compressed file. A plain file there already that the compressed one's
-        content starts is kept (the compressed file is only removed); one that disagrees raises
-        ``CaptureConflictError``.
-        """
-        plain = self._file(rollout_id)
-        packed = plain + ZSTD_SUFFIX
-        try:
-            fd = os.open(packed, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            st = os.fstat(fd)
-            if st.st_nlink == 0:
-                return False
-            packed_data = _read_all(fd)
-            content = _strict_content(packed, packed_data)
-            # Read without its lock: locks are taken plain first, compressed second, and a
-            # plain file beside the compressed one is a leftover that only grows.
-            existing = _read_unlocked(plain)
-            if existing is not None:
-                _check_agree(plain, existing, packed, packed_data)
-            else:
-                self._publish(plain, content, content, st.st_mode, decode=bytes)
-            with self._lock:
-                handle = self._handles.pop(plain, None)
-            if handle is not None:
-                handle.retire()
-            os.unlink(packed)
-            self._fsync_directory()
-        finally:
-            os.close(fd)
-        return True
+    def _steps(self) -> Steps:
+        return Steps(self._fsync_all, self._fsync_directory, self._forget)
 
-    def _publish(
-        self,
-        path: str,
-        data: bytes,
-        expected: bytes,
-        mode: int,
-        *,
-        decode: Callable[[bytes], bytes],
-    ) -> None:
-        """Write ``data`` to ``path`` atomically and durably, once ``decode`` of what the disk
-        holds gives back ``expected``; nothing is left at ``path`` if anything fails."""
-        directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}{TMP_SUFFIX}")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
-        try:
-            try:
-                os.fchmod(fd, stat.S_IMODE(mode))
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-                written = os.pread(fd, len(data) + 1, 0)
-            finally:
-                os.close(fd)
-            if decode(written) != expected:
-                raise OSError(errno.EIO, f"{tmp} does not read back as what was written")
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        self._fsync_directory()
+    def _fsync_all(self, fds: list[int]) -> list[BaseException | None]:
+        """Sync the files together (their syncs overlap, in the sync lanes)."""
+        if len(fds) <= 1:
+            return [_fsync_one(fd) for fd in fds]
+        lanes = [fds[i::_SYNC_LANES] for i in range(min(_SYNC_LANES, len(fds)))]
+        pool = self._syncs()
+        finished = [pool.submit(_fsync_lane, lane) for lane in lanes]
+        outcomes: dict[int, BaseException | None] = {}
+        for lane, future in zip(lanes, finished, strict=True):
+            outcomes.update(zip(lane, future.result(), strict=True))
+        return [outcomes[fd] for fd in fds]
+
+    def _forget(self, path: str) -> None:
+        """Retire the cached descriptor of the rollout whose file (either form) is ``path``."""
+        key = path[: -len(ZSTD_SUFFIX)] if path.endswith(ZSTD_SUFFIX) else path
+        with self._lock:
+            handle = self._handles.pop(key, None)
+        if handle is not None:
+            handle.retire()
 
     def clear(self, rollout_id: str) -> None:
         """Remove the rollout's file and marker; a missing one is fine, any other error raises."""
@@ -744,98 +635,6 @@ class CaptureStore:
         return sorted(ids)
 
 
-class _Moved(Exception):
-    """The file was removed between being opened and locked (compacted, expanded, cleared)."""
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _read_unlocked(path: str) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        return _read_all(fd)
-    finally:
-        os.close(fd)
-
-
-def _read_shared(path: str, *, then: str | None = None) -> tuple[bytes, bytes | None] | None:
-    """``path``'s bytes under a shared lock (None: no such file), and, read while that lock is
-    still held, ``then``'s (None: none). ``_Moved`` when ``path`` was removed before the lock
-    was taken."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        if os.fstat(fd).st_nlink == 0:
-            raise _Moved
-        data = _read_all(fd)
-        other = None if then is None else _read_shared(then)
-    finally:
-        os.close(fd)
-    return data, None if other is None else other[0]
-
-
-def _lines(data: bytes) -> list[bytes]:
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    return lines
-
-
-def _plain_entries(data: bytes) -> list[bytes | Gap]:
-    return list(_lines(data))
-
-
-def _frame_entries(data: bytes) -> list[bytes | Gap]:
-    entries: list[bytes | Gap] = []
-    for part in read_frames(data):
-        if isinstance(part, Frame):
-            # Each frame holds whole lines: a torn one at a frame's end stays a line of its own.
-            entries.extend(_lines(part.content))
-        else:
-            entries.append(part)
-    return entries
-
-
-def _strict_content(path: str, data: bytes) -> bytes:
-    """The plain form of a compressed file; ``CaptureReadError`` at its first bad stretch."""
-    contents: list[bytes] = []
-    for part in read_frames(data):
-        if isinstance(part, Gap):
-            reason = f"bytes {part.start}-{part.end} are no frame that decodes ({part.reason})"
-            raise CaptureReadError(Path(path), len(contents) + 1, reason)
-        contents.append(part.content)
-    return join_contents(contents)
-
-
-def _decode_whole(data: bytes) -> bytes:
-    try:
-        return decode_frame(data)
-    except BadFrame:
-        return b""  # never what was compressed (an empty file is never compacted)
-
-
-def _check_agree(plain: str, plain_data: bytes, packed: str, packed_data: bytes) -> None:
-    """Raise ``CaptureConflictError`` unless the compressed file's content starts the plain
-    one's: what a compaction or expansion leaves when it stops between its two steps."""
-    try:
-        content = _strict_content(packed, packed_data)
-    except CaptureReadError:
-        raise CaptureConflictError(plain, packed) from None
-    if not plain_data.startswith(content):
-        raise CaptureConflictError(plain, packed)
-
-
 _STORES: weakref.WeakSet[CaptureStore] = weakref.WeakSet()
 
 
@@ -846,6 +645,18 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _fsync_one(fd: int) -> BaseException | None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _fsync_lane(fds: list[int]) -> list[BaseException | None]:
+    return [_fsync_one(fd) for fd in fds]
 
 
 def read_model_call_records(
