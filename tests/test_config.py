@@ -241,3 +241,39 @@ def test_policy_base_url_may_list_several_upstreams() -> None:
     for bad in ([], ["http://a", 3], "", 5):
         with pytest.raises(ConfigError, match="policy_base_url must be a URL or a non-empty list"):
             settings(bad)
+
+
+def test_capture_compression_is_off_by_default_at_level_3() -> None:
+    settings = RunSettings.from_config(load_config(env_file=None))
+    assert (settings.capture_compress, settings.capture_compress_level) == (False, 3)
+    assert settings.compress_capture_level is None
+
+
+def test_capture_compression_takes_a_level_and_needs_capture_on() -> None:
+    capture = ["++observability_enabled=true", "++model_call_capture_dir=/abs/calls"]
+    # The form eval run --compress-capture adds: the keys exist, so a plain override sets them.
+    overrides = ["capture_compress=true", "capture_compress_level=19"]
+    settings = RunSettings.from_config(load_config(overrides=capture + overrides, env_file=None))
+    assert (settings.capture_compress, settings.capture_compress_level) == (True, 19)
+    assert settings.compress_capture_level == 19
+    # Capture off: nothing is captured, so nothing is compacted.
+    settings = RunSettings.from_config(load_config(overrides=overrides, env_file=None))
+    assert settings.capture_compress is True
+    assert settings.compress_capture_level is None
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("capture_compress=maybe", "capture_compress must be true or false, got 'maybe'"),
+        ("capture_compress=1", "capture_compress must be true or false, got 1"),
+        ("capture_compress_level=0", "capture_compress_level must be a whole number from 1 to 22"),
+        ("capture_compress_level=23", "capture_compress_level must be a whole number from 1 to"),
+        ("capture_compress_level=3.5", "capture_compress_level must be .* to 22, got 3.5"),
+        ("capture_compress_level=true", "capture_compress_level must be a whole number from 1"),
+        ("capture_compress_level=fast", "capture_compress_level must be a whole number from 1"),
+    ],
+)
+def test_a_bad_compression_setting_is_a_one_line_error_naming_it(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        RunSettings.from_config(load_config(overrides=[override], env_file=None))

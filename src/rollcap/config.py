@@ -22,6 +22,7 @@ import yaml
 
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
 from rollcap.status._rules import LiveStatusSettings
+from rollcap.store._frames import DEFAULT_LEVEL, MAX_LEVEL, check_level
 
 __all__ = [
     "CLIENT_SESSION_HEADERS",
@@ -69,6 +70,10 @@ DEFAULTS: dict[str, Any] = {
     "websocket_max_stored_responses": WEBSOCKET_MAX_STORED_RESPONSES,
     # Request headers read as the call's client_session_id, in order: the first present wins.
     "client_session_headers": list(CLIENT_SESSION_HEADERS),
+    # With capture on, collection compacts each rollout's capture file into
+    # <rollout_id>.capture.jsonl.zst once its line is built, at this Zstandard level (1..22).
+    "capture_compress": False,
+    "capture_compress_level": DEFAULT_LEVEL,
 }
 # Keys whose values are secrets wherever they appear in the tree.
 CREDENTIAL_KEYS = frozenset({"policy_api_key", "api_key", "apikey", "token", "password", "secret"})
@@ -199,6 +204,8 @@ class RunSettings:
     live_status: LiveStatusSettings = field(default_factory=LiveStatusSettings)
     websocket_max_sockets: int = WEBSOCKET_MAX_SOCKETS
     websocket_max_stored_responses: int = WEBSOCKET_MAX_STORED_RESPONSES
+    capture_compress: bool = False
+    capture_compress_level: int = DEFAULT_LEVEL
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -229,6 +236,9 @@ class RunSettings:
         passthrough = config.get("pass_client_credentials", False)
         if not isinstance(passthrough, bool):
             raise ConfigError(f"pass_client_credentials must be true or false, got {passthrough!r}")
+        compress = config.get("capture_compress", False)
+        if not isinstance(compress, bool):
+            raise ConfigError(f"capture_compress must be true or false, got {compress!r}")
         token_capture = TokenCaptureSettings.from_config(
             config.get("token_id_capture"), capture_dir
         )
@@ -251,6 +261,8 @@ class RunSettings:
             token_capture=token_capture,
             live_status=_live_status(config.get("live_status")),
             pass_client_credentials=passthrough,
+            capture_compress=compress,
+            capture_compress_level=_compress_level(config),
             observability_enabled=enabled,
             model_call_capture_dir=capture_dir,
             policy_base_url=base_urls("policy_base_url", config.get("policy_base_url")),
@@ -262,6 +274,24 @@ class RunSettings:
     def capture_dir(self) -> Path | None:
         """Where to capture, or None when capture is off."""
         return self.model_call_capture_dir if self.observability_enabled else None
+
+    @property
+    def compress_capture_level(self) -> int | None:
+        """The level collection compacts each rollout's capture at; None when it does not
+        (``capture_compress`` off, or capture off: then there is nothing to compact)."""
+        if not self.capture_compress or self.capture_dir is None:
+            return None
+        return self.capture_compress_level
+
+
+def _compress_level(config: Mapping[str, Any]) -> int:
+    value = config.get("capture_compress_level", DEFAULT_LEVEL)
+    try:
+        return check_level(value)
+    except ValueError:
+        raise ConfigError(
+            f"capture_compress_level must be a whole number from 1 to {MAX_LEVEL}, got {value!r}"
+        ) from None
 
 
 def _live_status(raw: object) -> LiveStatusSettings:

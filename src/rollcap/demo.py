@@ -24,6 +24,7 @@ from pathlib import Path
 from rollcap.config import load_config
 from rollcap.gym import example_data_path
 from rollcap.report import find_run, write_report
+from rollcap.store import CaptureStore
 from rollcap.workflow import EvalRequest, Progress, format_summary, run_eval
 
 DEFAULT_REPEATS = 3
@@ -112,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         progress.close()
     print(format_summary(summary, uncorrelated))
-    print(f"\ncapture files: {capture_dir}/ ({len(list(capture_dir.glob('*.capture.jsonl')))})")
+    with CaptureStore(capture_dir) as store:
+        captured = len(store.rollout_ids())  # plain and compacted files alike, each rollout once
+    print(f"\ncapture files: {capture_dir}/ ({captured})")
     print(f"first rollout's capture: head -n 1 {output} | jq '.ng_model_call_capture'")
     print(
         f"inspect one:             .venv/bin/rollcap capture show {capture_dir} 0-0 --no-payloads"

@@ -182,7 +182,7 @@ def settings(**changes: Any) -> ClusterSettings:
 
 
 def collection(
-    stack: Stack, nodes: list[str], **changes: Any
+    stack: Stack, nodes: list[str], *, compress_capture_level: int | None = None, **changes: Any
 ) -> contextlib.AbstractAsyncContextManager[ClusterRun]:
     """``cluster_collection`` of the many_calls agent with mcqa on ``nodes``, the cluster's
     settings ``settings(**changes)``."""
@@ -191,6 +191,7 @@ def collection(
         settings(**changes),
         agent="many_calls",
         capture_dir=stack.capture,
+        compress_capture_level=compress_capture_level,
         model_type="openai_model",
         resources_server="mcqa",
         nodes=nodes,

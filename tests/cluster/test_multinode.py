@@ -102,6 +102,24 @@ async def test_capture_across_nodes_is_complete(
     assert len(stack.upstream.requests) == 300
 
 
+async def test_the_workers_compact_each_capture_once_its_line_is_built(
+    sim: SimCluster, stack: Stack, tmp_path: Path
+) -> None:
+    nodes = [sim.node_id("node_a"), sim.node_id("node_b")]
+    async with (
+        asyncio.timeout(BOUND_S),
+        collection(stack, nodes, replicas=2, compress_capture_level=3) as run,
+    ):
+        summary = await collect_with(stack, run, tmp_path, 6)
+    assert (summary.ran, summary.failed, summary.lost) == (6, 0, 0)
+    lines = lines_of(summary.output_path)
+    assert [line[CAPTURE_KEY]["metrics"]["num_calls"] for line in lines] == [3] * 6
+    store = CaptureStore(stack.capture)
+    ids = [line["rollout_id"] for line in lines]
+    assert (store.rollout_ids(compressed=True), store.rollout_ids(compressed=False)) == (ids, [])
+    assert [len(store.read(rollout_id)) for rollout_id in ids] == [3] * 6
+
+
 async def test_a_node_removed_mid_run_loses_its_rollouts_and_resume_runs_them_as_attempt_1(
     sim: SimCluster, stack: Stack, tmp_path: Path
 ) -> None:

@@ -129,6 +129,28 @@ async def test_a_workers_line_carries_the_agents_evidence_joined_with_its_calls(
     assert line[CAPTURE_KEY]["metrics"]["num_calls"] == 3
 
 
+async def test_a_worker_compacts_each_capture_once_its_line_is_built(tmp_path: Path) -> None:
+    capture = tmp_path / "calls"
+    rollout = Rollout(0, 0, 0, _task())
+    async with model_servers(capture, 1) as (replica,):
+        worker = RolloutWorker(
+            str(capture), _config(capture), PLAN, "mcqa_simple_agent", 30, "127.0.0.1",
+            compress_capture_level=5,
+        )  # fmt: skip
+        assert "error" not in await worker.start()
+        try:
+            CaptureStore(capture).reset(rollout.rollout_id)
+            outcome = await worker.run(rollout, REPLICA_TARGET, replica)
+        finally:
+            await worker.stop()
+    assert outcome.kind == RolloutOutcome.OK, outcome.line
+    assert orjson.loads(outcome.line)[CAPTURE_KEY]["metrics"]["num_calls"] == 1
+    store = CaptureStore(capture)
+    compressed = store.rollout_ids(compressed=True)
+    assert (compressed, store.rollout_ids(compressed=False)) == (["0-0"], [])
+    assert len(read_model_call_records(store, rollout.rollout_id)) == 1
+
+
 async def test_a_worker_reports_failures_as_lines_never_as_exceptions(tmp_path: Path) -> None:
     worker = RolloutWorker(None, None, {}, None, 5, "127.0.0.1")
     started = await worker.start()

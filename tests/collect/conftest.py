@@ -27,6 +27,7 @@ from starlette.routing import Route
 from rollcap._runtime.serving import serving
 from rollcap.ids import rollout_id_from_run
 from rollcap.store import CaptureStore
+from rollcap.store._frames import Frame, read_frames
 
 
 def fake_record(
@@ -79,6 +80,24 @@ def write_input(path: Path, tasks: Iterable[dict[str, Any] | str]) -> Path:
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def read_frames_whole(path: Path) -> list[bytes]:
+    """The contents of a compressed file's frames, each checked to be whole lines; fails the
+    test on any stretch that is no frame."""
+    parts = list(read_frames(path.read_bytes()))
+    assert parts, f"{path} holds no frame"
+    contents = []
+    for part in parts:
+        assert isinstance(part, Frame), f"{path}: {part}"
+        assert part.content.endswith(b"\n")
+        contents.append(part.content)
+    return contents
+
+
+def read_frame_lines(path: Path) -> list[dict[str, Any]]:
+    """The lines of a compressed file (``read_frames_whole``), parsed."""
+    return [orjson.loads(line) for part in read_frames_whole(path) for line in part.splitlines()]
 
 
 def make_app(agent: StubAgent, *, record_runs: bool = True) -> Starlette:

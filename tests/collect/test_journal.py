@@ -13,6 +13,8 @@ from tests.store._helpers import watch_fsyncs
 
 def test_the_journal_sits_beside_the_output() -> None:
     assert str(dispatched_path("/r/mcqa_rollouts.jsonl")) == "/r/mcqa_rollouts_dispatched.jsonl"
+    # A compressed output's journal is plain, named after the output's plain name.
+    assert str(dispatched_path("/r/out.jsonl.zst")) == "/r/out_dispatched.jsonl"
 
 
 def test_a_batch_is_one_synced_write_of_one_line_per_attempt(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -104,6 +105,18 @@ def test_resume_state_counts_attempts() -> None:
 def test_side_file_names() -> None:
     assert str(failures_path("/r/mcqa_rollouts.jsonl")) == "/r/mcqa_rollouts_failures.jsonl"
     assert str(aggregate_metrics_path("/r/out.jsonl")) == "/r/out_aggregate_metrics.json"
+
+
+def test_a_compressed_output_s_side_files_are_plain_and_named_as_the_plain_output_s() -> None:
+    assert str(failures_path("/r/mcqa_rollouts.jsonl.zst")) == "/r/mcqa_rollouts_failures.jsonl"
+    assert str(aggregate_metrics_path(Path("/r/out.jsonl.zst"))) == "/r/out_aggregate_metrics.json"
+
+
+def test_compacted_capture_files_count_as_attempts() -> None:
+    names = ["3-0.capture.jsonl.zst", "4-1-a2.capture.jsonl.zst", ".5-0.capture.jsonl.zst.tmp"]
+    state = ResumeState.from_files([], [], names)
+    # A compaction's temporary is no capture file: 5-0 never ran.
+    assert state.attempts == {(3, 0): 1, (4, 1): 3}
 
 
 def test_the_journal_is_resume_s_authority_over_a_stale_listing() -> None:

@@ -12,7 +12,9 @@ import pytest
 from rollcap.cli import EXIT_FAILURE, EXIT_OK, main
 from rollcap.collect import collect, reattach, reattach_line
 from rollcap.gym import example_data_path
-from tests.collect.conftest import StubAgent, read_lines, write_input
+from rollcap.store import CompressedFileError
+from rollcap.store._frames import encode_frame
+from tests.collect.conftest import StubAgent, read_frame_lines, read_lines, write_input
 from tests.gym.conftest import calculator_stack
 
 EVIDENCE = ("ng_agent_observations", "ng_model_call_capture", "ng_trajectory", "ng_perf")
@@ -65,6 +67,39 @@ async def test_a_file_collected_without_capture_gets_the_evidence_it_lacked(
         if "ng_perf" in line:
             del line["ng_perf"]["total_latency_ms"]  # the collector's own clock: not in the file
         assert _evidence(again) == _evidence(line)
+
+
+async def test_a_compressed_rollouts_file_is_attached_and_a_zst_output_written_compressed(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"calls": 2, "observe": True}, {"calls": 1}])
+    packed = tmp_path / "out.jsonl.zst"
+    async with asyncio.timeout(60):
+        await collect(agent.url, source, packed, capture_dir=capture_dir)
+    collected = read_frame_lines(packed)
+    assert len(collected) == 2
+    plain = tmp_path / "attached.jsonl"
+    assert reattach(packed, [capture_dir], plain).attached == 2
+    assert read_lines(plain) == collected
+    # Written compressed when the output's name says so, from a plain file and in place.
+    again = tmp_path / "again.jsonl.zst"
+    assert reattach(plain, [capture_dir], again).output_path == again
+    assert read_frame_lines(again) == collected
+    reattach(packed, [capture_dir])
+    assert read_frame_lines(packed) == collected
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
+
+
+def test_a_compressed_rollouts_file_that_does_not_decode_changes_nothing(tmp_path: Path) -> None:
+    capture = tmp_path / "calls"
+    capture.mkdir()
+    packed = tmp_path / "r.jsonl.zst"
+    good = encode_frame(b'{"_ng_task_index": 0, "_ng_rollout_index": 0}\n')
+    packed.write_bytes(good + good[: len(good) // 2])  # the last frame cut short
+    with pytest.raises(CompressedFileError, match=f"byte {len(good)}: the last frame is cut"):
+        reattach(packed, [capture])
+    assert packed.read_bytes() == good + good[: len(good) // 2]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["calls", "r.jsonl.zst"]
 
 
 def test_lines_that_are_no_rollout_are_copied_as_they_are(tmp_path: Path) -> None:

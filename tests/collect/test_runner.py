@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +32,16 @@ from rollcap.collect import (
 )
 from rollcap.evidence import CAPTURE_KEY, OBSERVATIONS_KEY, PERF_KEY, TRAJECTORY_KEY
 from rollcap.records import GAP_NO_RECORDS, GAP_TRAJECTORY_PROJECTION_FAILED
-from rollcap.store import CaptureStore, aggregate_model_call_metrics
-from tests.collect.conftest import StubAgent, fake_record, read_lines, write_input
+from rollcap.store import CaptureStore, CompressedFileError, aggregate_model_call_metrics
+from rollcap.store._frames import encode_frame
+from tests.collect.conftest import (
+    StubAgent,
+    fake_record,
+    read_frame_lines,
+    read_frames_whole,
+    read_lines,
+    write_input,
+)
 
 # Every collection here ends well within this; a hang fails the test instead of the session.
 BOUND_S = 60
@@ -544,3 +553,155 @@ async def test_a_failure_says_when_the_agent_could_not_reach_its_model(
     assert outcome.kind == RolloutOutcome.FAILED
     assert outcome.model_unreachable is unreachable
     assert orjson.loads(outcome.line)["error"]["status"] == status
+
+
+# -- a compressed output, and captures compacted as collection goes ---------------------------
+
+
+async def test_a_zst_output_is_frames_and_its_side_files_are_named_as_a_plain_one_s(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    tasks: list[dict[str, Any]] = [{"calls": 2}, {"fail": "http500"}, {"calls": 1}]
+    source = write_input(tmp_path / "in.jsonl", tasks)
+    output = tmp_path / "out.jsonl.zst"
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(agent.url, source, output, capture_dir=capture_dir, num_repeats=2)
+    lines = read_frame_lines(output)
+    assert _keys(lines) == [(0, 0), (0, 1), (2, 0), (2, 1)]
+    assert [line[CAPTURE_KEY]["metrics"]["num_calls"] for line in lines] == [2, 2, 1, 1]
+    assert summary.output_path == output
+    assert summary.failures_path == tmp_path / "out_failures.jsonl"
+    assert summary.metrics_path == tmp_path / "out_aggregate_metrics.json"
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "in.jsonl",
+        "model-calls",
+        "out.jsonl.zst",
+        "out_aggregate_metrics.json",
+        "out_dispatched.jsonl",
+        "out_failures.jsonl",
+        "out_status.json",
+    ]
+    # The side files are plain.
+    assert sorted(line["rollout_id"] for line in read_lines(summary.failures_path)) == [
+        "1-0",
+        "1-1",
+    ]
+    assert len(read_lines(dispatched_path(output))) == 6
+    metrics = orjson.loads(summary.metrics_path.read_bytes())[0]["agent_metrics"]
+    assert (metrics["rollouts"], metrics["failures"]) == (4, 2)
+
+
+def _frame_per_line(output: Path) -> list[bytes]:
+    """Rewrite the compressed output as one frame per line, as a run killed before its end
+    leaves it (a frame per flushed batch); the frames, in order."""
+    frames = [
+        encode_frame(line)
+        for part in read_frames_whole(output)
+        for line in part.splitlines(keepends=True)
+    ]
+    output.write_bytes(b"".join(frames))
+    return frames
+
+
+async def test_resume_cuts_a_last_frame_cut_short_and_runs_its_rollouts_again(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"t": i, "calls": 1} for i in range(3)])
+    output = tmp_path / "out.jsonl.zst"
+    async with asyncio.timeout(BOUND_S):
+        await collect(agent.url, source, output, capture_dir=capture_dir)
+    frames = _frame_per_line(output)
+    kept = len(frames[0]) + len(frames[1])
+    with open(output, "r+b") as handle:
+        handle.truncate(kept + len(frames[2]) // 2)  # killed in the middle of the last write
+    async with asyncio.timeout(BOUND_S):
+        summary = await collect(agent.url, source, output, capture_dir=capture_dir, resume=True)
+    assert (summary.skipped, summary.ran) == (2, 1)
+    assert (
+        f"cut a last frame cut short ({len(frames[2]) // 2} bytes from byte {kept})" in caplog.text
+    )
+    lines = read_frame_lines(output)
+    # The cut rollout was dispatched (journaled): it runs again under its next attempt.
+    assert [line["rollout_id"] for line in lines] == ["0-0", "1-0", "2-0-a1"]
+    assert lines[2][CAPTURE_KEY]["metrics"]["num_calls"] == 1
+
+
+async def test_resume_refuses_a_zst_output_with_a_frame_that_does_not_decode(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"t": i} for i in range(4)])
+    output = tmp_path / "out.jsonl.zst"
+    async with asyncio.timeout(BOUND_S):
+        await collect(agent.url, source, output, capture_dir=capture_dir)
+    frames = _frame_per_line(output)
+    damaged = bytearray(b"".join(frames[:3]))
+    damaged[len(frames[0]) + len(frames[1]) - 1] ^= 0xFF  # the second frame's checksum
+    output.write_bytes(damaged[: -len(frames[2]) // 2])  # and a torn last frame behind it
+    before = output.read_bytes()
+    runs = len(agent.runs)
+    with pytest.raises(CompressedFileError) as caught:
+        async with asyncio.timeout(BOUND_S):
+            await collect(agent.url, source, output, capture_dir=capture_dir, resume=True)
+    assert (caught.value.path, caught.value.offset) == (output, len(frames[0]))
+    assert str(caught.value).startswith(f"{output}: byte {len(frames[0])}: the frame does not")
+    assert output.read_bytes() == before  # not even the torn frame cut
+    assert len(agent.runs) == runs
+
+
+async def test_compaction_leaves_compressed_captures_and_the_same_lines(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    tasks = [{"calls": 1 + i, "observe": True} for i in range(3)] + [{"calls": 1, "damage": True}]
+    source = write_input(tmp_path / "in.jsonl", tasks)
+    async with asyncio.timeout(BOUND_S):
+        plain = await collect(agent.url, source, tmp_path / "plain.jsonl", capture_dir=capture_dir)
+        assert agent.store.rollout_ids(compressed=True) == []
+        packed = await collect(
+            agent.url, source, tmp_path / "packed.jsonl", capture_dir=capture_dir,
+            compress_capture_level=7,
+        )  # fmt: skip
+    ids = ["0-0", "1-0", "2-0", "3-0"]
+    names = sorted(name for name in os.listdir(capture_dir) if ".capture." in name)
+    assert names == sorted([f"{i}.capture.jsonl.zst" for i in ids] + ["3-0.capture.incomplete"])
+    assert agent.store.rollout_ids(compressed=False) == []
+    before, after = read_lines(plain.output_path), read_lines(packed.output_path)
+    assert [line[CAPTURE_KEY] for line in after] == [line[CAPTURE_KEY] for line in before]
+    assert [line[TRAJECTORY_KEY] for line in after] == [line[TRAJECTORY_KEY] for line in before]
+    assert [len(agent.store.read_available(i).records) for i in ids] == [1, 2, 3, 1]
+
+
+async def test_a_compression_level_out_of_range_is_refused_before_anything_runs(
+    agent: StubAgent, tmp_path: Path, capture_dir: Path
+) -> None:
+    source = write_input(tmp_path / "in.jsonl", [{"calls": 1}])
+    for level in (0, 23):
+        with pytest.raises(ValueError, match="compression level is an int from 1 to 22"):
+            await collect(
+                agent.url, source, tmp_path / "o.jsonl", capture_dir=capture_dir,
+                compress_capture_level=level,
+            )  # fmt: skip
+    assert agent.runs == []
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+async def test_a_compaction_that_fails_is_a_warning_and_the_rollout_stands(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = CaptureStore(tmp_path / "calls")
+    rollout = Rollout(0, 0, 0, {})
+    packed = Path(f"{store.path_for(rollout.rollout_id)}.zst")
+
+    async def agent(body: bytes) -> tuple[int, bytes]:
+        store.append(rollout.rollout_id, fake_record(rollout.rollout_id, 0))
+        # A compressed file that disagrees with the plain one: compaction must refuse.
+        packed.write_bytes(encode_frame(b'{"other": true}\n'))
+        return 200, orjson.dumps({"response": {}, "reward": 1.0})
+
+    io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(call_each, "t")
+    outcome = await run_rollout(agent, rollout, store, io, compress_level=3)
+    await asyncio.to_thread(io.close)
+    assert outcome.kind == RolloutOutcome.OK
+    assert orjson.loads(outcome.line)["reward"] == 1.0
+    assert "rollout 0-0: its capture was not compacted (CaptureConflictError" in caplog.text
+    assert store.path_for(rollout.rollout_id).exists()
+    store.close()

@@ -23,6 +23,7 @@ from rollcap.report._source import (
 from rollcap.report._tokens import SNAPSHOT_UNAVAILABLE
 from rollcap.staging import REASON_UNRESOLVED_PARENT, FileLineageStore
 from rollcap.store import CaptureStore
+from rollcap.store._frames import encode_frame
 from tests.report._evaluation import EXPECTED_CALLS, WEIGHT_VERSION
 
 
@@ -264,3 +265,46 @@ def test_the_rollouts_file_beside_the_capture_directory_is_found_and_said(
     assert "2 rollouts files beside" in (run.rollouts_note or "")
     named = find_run(capture, rollouts=tmp_path / "other_rollouts.jsonl")
     assert (named.rollouts_file, named.rollouts_note) == (tmp_path / "other_rollouts.jsonl", None)
+
+
+def _compress_in_frames(path: Path, target: Path, frames: int) -> None:
+    """``path``'s lines written to ``target`` as ``frames`` frames (as collection appends them),
+    ``path`` removed."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    step = -(-len(lines) // frames)
+    target.write_bytes(
+        b"".join(encode_frame(b"".join(lines[i : i + step])) for i in range(0, len(lines), step))
+    )
+    path.unlink()
+
+
+def test_a_compressed_rollouts_file_is_found_and_read_as_the_plain_one(job_copy: Path) -> None:
+    plain = job_copy / "rollouts.jsonl"
+    expected = read_rollout_lines(find_run(job_copy))
+    packed = job_copy / "rollouts.jsonl.zst"
+    _compress_in_frames(plain, packed, frames=2)
+    for directory in (job_copy, job_copy / "model-calls"):
+        run = find_run(directory)
+        assert run.rollouts_file == packed
+        assert run.failures_file == job_copy / "rollouts_failures.jsonl"  # plain, as collected
+        assert read_rollout_lines(run) == expected
+
+
+def test_a_compressed_rollouts_file_s_bad_frame_is_counted_not_raised(job_copy: Path) -> None:
+    packed = job_copy / "rollouts.jsonl.zst"
+    _compress_in_frames(job_copy / "rollouts.jsonl", packed, frames=1)
+    data = bytearray(packed.read_bytes())
+    data[-1] ^= 0xFF  # the frame's checksum: it no longer decodes
+    packed.write_bytes(bytes(data))
+    lines, notes = read_rollout_lines(find_run(job_copy))
+    assert [(n.code, n.detail) for n in notes] == [(NOTE_ROLLOUTS_UNREADABLE, f"{packed}: count=1")]
+    assert lines["2-0"].failure is not None  # the failures file is read all the same
+
+
+def test_a_directory_of_compacted_captures_is_a_capture_directory(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    store.append("0-0", {"model_call_id": "a" * 32})
+    assert store.compact("0-0")
+    assert [path.name for path in tmp_path.iterdir()] == ["0-0.capture.jsonl.zst"]
+    (tmp_path / "model-calls").mkdir()  # a job directory would hold this, and no capture file
+    assert find_run(tmp_path).capture_dir == tmp_path

@@ -156,6 +156,25 @@ def test_the_index_reads_only_files_that_changed_and_keeps_no_payload(
     index.close()
 
 
+def test_the_index_follows_a_capture_into_its_compacted_file(job_copy: Path) -> None:
+    index = RunIndex(find_run(job_copy))
+    first, _ = index.summary()
+    store = CaptureStore(job_copy / "model-calls")
+    assert store.compact("0-1")
+    compacted, _ = index.summary()
+    assert compacted != first
+    # Appends after a compaction go to the compressed file: the index sees them there.
+    store.append("0-1", store.read("0-1")[0])
+    assert index.summary()[0] != compacted
+    # A rollout with no line and only a compressed capture is still the run's.
+    store.append("4-0", store.read("0-0")[0])
+    assert store.compact("4-0")
+    payload = index.payload("4-0")
+    assert payload is not None
+    assert len(payload["calls"]) == 1
+    index.close()
+
+
 async def test_search_and_divergence_are_asked_of_the_server(
     served: tuple[str, aiohttp.ClientSession],
 ) -> None:

@@ -17,6 +17,7 @@ async def test_the_status_file_is_kept_and_finished(tmp_path: Path) -> None:
     )  # fmt: skip
     path = status_path(tmp_path / "out.jsonl")
     assert path.name == "out_status.json"
+    assert status_path(tmp_path / "out.jsonl.zst") == path  # a compressed output's, the same
     async with LiveStatus(board, path, servers=[("m", "http://127.0.0.1:9")]) as live:
         document = orjson.loads(path.read_bytes())
         assert document["run"]["finished"] is False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from rollcap import CaptureStore, read_model_call_records
 from rollcap.cli import EXIT_USAGE, main
 from rollcap.config import ConfigError, load_config
 from rollcap.gym import example_data_path
+from rollcap.store._frames import MAGIC
 from rollcap.testing import FakeUpstream
 from rollcap.workflow import EvalRequest, run_eval
 from rollcap.workflow._wandb import (
@@ -172,3 +174,43 @@ async def test_a_failing_wandb_never_fails_the_collection(
     assert summary.output_path.read_bytes()
     err = capsys.readouterr().err
     assert "W&B: not logged: OSError: no route to the W&B server" in err
+
+
+async def test_a_compressed_output_is_logged_and_the_captures_are_compacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    capture = tmp_path / "model-calls"
+    output = tmp_path / "rollouts.jsonl.zst"
+    async with FakeUpstream() as upstream:
+        config = load_config(
+            overrides=[
+                f"++policy_base_url={upstream.url}/v1",
+                "++observability_enabled=true",
+                f"++model_call_capture_dir={capture}",
+                "capture_compress=true",  # what eval run --compress-capture adds
+            ],
+            env_file=None,
+        )
+        request = EvalRequest(
+            agent="mcqa_simple_agent",
+            input_path=example_data_path("mcqa"),
+            output_path=output,
+            limit=2,
+            model_type="openai_model",
+            head_port=0,
+            wandb_project="rollcap-test",
+        )
+        summary, _ = await run_eval(request, config)
+    assert summary.ran == 2
+    assert output.read_bytes().startswith(MAGIC)
+    # Where W&B logged it: a W&B process keeps the WANDB_DIR of its first run.
+    logged = re.search(r"W&B: logged to project rollcap-test \((.+)\)", capsys.readouterr().err)
+    assert logged is not None
+    rows = _table(Path(logged[1]).parent, "rollouts")["data"]
+    by_column = [dict(zip(ROLLOUT_COLUMNS, row, strict=True)) for row in rows]
+    assert [(row["rollout_id"], row["num_calls"]) for row in by_column] == [("0-0", 1), ("1-0", 1)]
+    store = CaptureStore(capture)
+    compressed = store.rollout_ids(compressed=True)
+    assert (compressed, store.rollout_ids(compressed=False)) == (["0-0", "1-0"], [])

@@ -175,6 +175,7 @@ async def cluster_collection(
     *,
     agent: str,
     capture_dir: Path | None,
+    compress_capture_level: int | None = None,
     serve: bool = True,
     model_type: str | None = None,
     resources_server: str | None = None,
@@ -184,7 +185,8 @@ async def cluster_collection(
 ) -> AsyncIterator[ClusterRun]:
     """Replicas and workers (``serve``), or workers alone against the agent that the head
     server at ``head_url`` names; stopped when the block ends. ``nodes``: where to place them
-    (default every alive node)."""
+    (default every alive node). ``compress_capture_level``: the workers compact each rollout's
+    capture at that level once its line is built (``collect``'s setting; None: they do not)."""
     plan_args = {"model_type": model_type, "resources_server": resources_server, "agent": agent}
     if serve:
         plan = plan_servers(config, **plan_args)
@@ -213,6 +215,7 @@ async def cluster_collection(
                 where,
                 cluster.workers_per_node,
                 capture_dir=capture_dir,
+                compress_capture_level=compress_capture_level,
                 plan_config=config if serve else None,
                 plan_args=plan_args,
                 agent=agent,

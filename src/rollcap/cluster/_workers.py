@@ -87,9 +87,11 @@ class RolloutWorker(Lifecycle):
         agent: str | None,
         request_timeout: float | None,
         host: str | None = None,
+        compress_capture_level: int | None = None,
     ) -> None:
         self.host = host
         self.capture_dir = capture_dir
+        self.compress_capture_level = compress_capture_level
         self.plan_config = plan_config
         self.plan_args = dict(plan_args)
         self.agent_name = agent
@@ -164,7 +166,9 @@ class RolloutWorker(Lifecycle):
                 agent = http_agent(self.session, target.rstrip("/") + "/run")
             else:
                 agent = await self._agent_for(target)
-            return await run_rollout(agent, rollout, self.store, self.io)
+            return await run_rollout(
+                agent, rollout, self.store, self.io, compress_level=self.compress_capture_level
+            )
         except Exception as exc:
             line = failure_line(rollout, "worker_error", f"{type(exc).__name__}: {exc}")
             data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
@@ -199,6 +203,7 @@ class WorkerPool(ActorGroup):
         per_node: int,
         *,
         capture_dir: Path | None,
+        compress_capture_level: int | None = None,
         plan_config: Mapping[str, Any] | None = None,
         plan_args: Mapping[str, Any] | None = None,
         agent: str | None = None,
@@ -208,7 +213,8 @@ class WorkerPool(ActorGroup):
         """Start ``per_node`` workers on each of ``nodes``; all or none (``RuntimeError``).
 
         With ``plan_config`` the workers run the plan's ``agent`` themselves against the replica
-        each rollout is given; without, they call the agent URL each rollout is given.
+        each rollout is given; without, they call the agent URL each rollout is given. With
+        ``compress_capture_level`` they compact each rollout's capture once its line is built.
         """
         if not nodes:
             raise RuntimeError("no alive Ray node to place rollout workers on")
@@ -224,6 +230,7 @@ class WorkerPool(ActorGroup):
                     agent,
                     request_timeout,
                     host,
+                    compress_capture_level,
                 )
                 members.append(Member(f"worker-{node_id[:8]}-{index}", handle, node_id))
         pool = cls(members)

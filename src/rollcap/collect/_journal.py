@@ -22,13 +22,15 @@ import orjson
 
 from rollcap.collect._plan import Rollout
 from rollcap.ids import ATTEMPT_INDEX_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from rollcap.store import plain_name
 
 __all__ = ["DispatchJournal", "dispatched_path"]
 
 
 def dispatched_path(output_path: str | os.PathLike[str]) -> Path:
-    """``<output stem>_dispatched.jsonl`` beside the output file."""
-    output = Path(output_path)
+    """``<output stem>_dispatched.jsonl`` beside the output file (plain; the stem of a
+    compressed output's plain name: ``X.jsonl.zst`` has ``X_dispatched.jsonl``)."""
+    output = Path(plain_name(os.fspath(output_path)))
     return output.with_name(f"{output.stem}_dispatched.jsonl")
 
 

@@ -8,14 +8,14 @@ says about each rollout's ``responses_create_params`` (sampling overrides, a per
 Resume bookkeeping counts attempts. A (task, rollout) pair is finished once the output holds a
 line for it. Every other pair runs again with attempt index = attempts so far, where an attempt
 counts once it was dispatched: a line in the dispatch journal (``_journal``: written and synced
-before the attempt runs, the authority), a line in the failures file, or a capture file (or
-incomplete marker) under the pair's attempt id (what a run without a journal left; the collector
-creates the file, empty, right before dispatch). So even a rollout that was in flight without
-any model call when a run was killed counts; otherwise the killed run's agent, possibly still
-running, could append to the file of the rollout's next attempt. A listing of the capture
-directory that another host sees stale can only miss attempts the journal has. Without capture
-there is no journal and nothing that could mix: a rollout that was in flight then runs again
-under its old attempt index.
+before the attempt runs, the authority), a line in the failures file, or a capture file (plain
+or compacted, or an incomplete marker) under the pair's attempt id (what a run without a
+journal left; the collector creates the file, empty, right before dispatch). So even a rollout
+that was in flight without any model call when a run was killed counts; otherwise the killed
+run's agent, possibly still running, could append to the file of the rollout's next attempt. A
+listing of the capture directory that another host sees stale can only miss attempts the
+journal has. Without capture there is no journal and nothing that could mix: a rollout that was
+in flight then runs again under its old attempt index.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from rollcap.ids import (
     TASK_INDEX_KEY,
     build_rollout_id,
 )
+from rollcap.store._frames import plain_name
 
 __all__ = [
     "PARAMS_KEY",
@@ -53,7 +54,10 @@ __all__ = [
 ]
 
 PARAMS_KEY = "responses_create_params"
-_CAPTURE_NAME = re.compile(r"(\d+)-(\d+)(?:-a(\d+))?\.capture\.(?:jsonl|incomplete)\Z", re.ASCII)
+# A capture file, plain or compacted (``.capture.jsonl.zst``), or an incomplete marker.
+_CAPTURE_NAME = re.compile(
+    r"(\d+)-(\d+)(?:-a(\d+))?\.capture\.(?:jsonl(?:\.zst)?|incomplete)\Z", re.ASCII
+)
 
 
 class InputError(ValueError):
@@ -272,12 +276,14 @@ def planned_count(
 
 
 def failures_path(output_path: str | os.PathLike[str]) -> Path:
-    """``<output stem>_failures.jsonl`` beside the output file."""
-    output = Path(output_path)
+    """``<output stem>_failures.jsonl`` beside the output file (plain, also for a compressed
+    output: ``X.jsonl.zst`` has ``X_failures.jsonl``, as ``X.jsonl`` does)."""
+    output = Path(plain_name(os.fspath(output_path)))
     return output.with_name(f"{output.stem}_failures.jsonl")
 
 
 def aggregate_metrics_path(output_path: str | os.PathLike[str]) -> Path:
-    """``<output stem>_aggregate_metrics.json`` beside the output file."""
-    output = Path(output_path)
+    """``<output stem>_aggregate_metrics.json`` beside the output file (the stem of its plain
+    name, as for ``failures_path``)."""
+    output = Path(plain_name(os.fspath(output_path)))
     return output.with_name(f"{output.stem}_aggregate_metrics.json")

@@ -10,6 +10,9 @@ wall-clock is kept from its ``ng_perf.total_latency_ms``.
 
 The file is read and written one line at a time. A line that is not a JSON object is copied
 as it is and counted; so is a line that names no rollout (no ``_ng_rollout_id``, no indices).
+A rollouts file named ``*.zst`` is read as Zstandard frames (strictly: a frame that does not
+decode raises ``CompressedFileError`` and nothing is written), and an output named ``*.zst`` is
+written as frames of about a MiB of lines each.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from typing import Any
 
 import orjson
 
+from rollcap.collect._lines import LineBatches
 from rollcap.evidence import PERF_KEY, attach
 from rollcap.ids import record_rollout_id
+from rollcap.store import is_compressed, iter_lines
 
 __all__ = ["ReattachSummary", "reattach", "reattach_line"]
 
@@ -81,7 +86,8 @@ def reattach(
     tmp = target.with_name(f".{target.name}.attaching")
     attached = not_objects = without_rollout = 0
     try:
-        with open(source, "rb") as lines, open(tmp, "wb") as out:
+        with iter_lines(source) as lines, open(tmp, "wb") as handle:
+            out = LineBatches(handle, compressed=is_compressed(target.name))
             for raw in lines:
                 if not raw.strip():
                     out.write(raw)
@@ -105,7 +111,8 @@ def reattach(
                 )
                 attached += 1
             out.flush()
-            os.fsync(out.fileno())
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

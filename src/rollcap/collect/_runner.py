@@ -22,6 +22,14 @@ line (its indices, model latency and ``ng_perf``), never a line's payloads.
 
 A run that is killed leaves whole lines (each is one write) or at worst a torn last line, which
 a resumed run cuts off before appending. See ``_plan`` for how attempts are counted.
+
+An output named ``X.jsonl.zst`` is Zstandard frames (``rollcap.store``'s ``FrameWriter``): each
+flushed batch is one complete frame, so a killed run leaves whole frames or at worst a last
+frame cut short, which a resumed run cuts off as it cuts a torn line; a corrupt frame stops the
+resume instead (lines appended behind it could never be read back in order). Its sidecars
+(failures, journal, status, metrics) are plain and named after ``X.jsonl``. With
+``compress_capture_level`` each rollout's capture file is compacted into
+``<rollout_id>.capture.jsonl.zst`` once its line is built.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from rollcap.collect._aggregate import ENVIRONMENT_SERVER_KEY, AggregateMetrics,
 from rollcap.collect._journal import DispatchJournal, dispatched_path
 from rollcap.collect._lines import (
     AgentAnswerError,
+    LineBatches,
     check_agent_answer,
     failure_line,
     has_evidence,
@@ -62,7 +71,17 @@ from rollcap.collect._plan import (
     rollout_line_ids,
 )
 from rollcap.status import LiveStatus, RunBoard, StatusOptions, status_path
-from rollcap.store import CAPTURE_SUFFIX, INCOMPLETE_SUFFIX, CaptureStore
+from rollcap.store import (
+    CAPTURE_SUFFIX,
+    COMPRESSED_CAPTURE_SUFFIX,
+    INCOMPLETE_SUFFIX,
+    CaptureStore,
+    FrameWriter,
+    check_level,
+    is_compressed,
+    iter_lines,
+    whole_frames_length,
+)
 
 __all__ = [
     "AgentCall",
@@ -150,6 +169,7 @@ async def collect(
     lost_retries: int = 1,
     request_params: RequestParams | None = None,
     status: StatusOptions | None = None,
+    compress_capture_level: int | None = None,
 ) -> CollectionSummary:
     """Collect the rollouts of ``input_path`` from the agent at ``agent_url`` (its base URL).
 
@@ -167,6 +187,14 @@ async def collect(
     in ``<output stem>_status.json`` about once a second, as ``status`` says (default: the
     default thresholds, no model server asked, no head server told). Bad input raises
     ``InputError`` before anything is dispatched.
+
+    An ``output_path`` ending ``.zst`` is written as Zstandard frames (see the module
+    docstring); a resume of one whose frames do not decode raises ``CompressedFileError``
+    before anything is dispatched. ``compress_capture_level`` (1..22; ``None``: off) compacts
+    each rollout's capture once its line is built (``CaptureStore.compact``); a compaction
+    that fails is logged and leaves the plain file, the rollout is not failed for it. It is
+    this collector's setting: a ``dispatch`` that runs rollouts elsewhere (a cluster's
+    workers) must be given it itself.
     """
     if (agent_url is None) == (dispatch is None):
         raise ValueError("collect needs exactly one of agent_url and dispatch")
@@ -178,6 +206,8 @@ async def collect(
         raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be at least 0, not {limit}")
+    if compress_capture_level is not None:
+        check_level(compress_capture_level)
     run = _Run(
         agent_url=agent_url,
         dispatch=dispatch,
@@ -194,6 +224,7 @@ async def collect(
         agent_name=agent_name,
         request_params=request_params,
         status=status,
+        compress_level=compress_capture_level,
     )
     try:
         return await run.execute()
@@ -238,6 +269,7 @@ class _Run:
         agent_name: str,
         request_params: RequestParams | None = None,
         status: StatusOptions | None = None,
+        compress_level: int | None = None,
     ) -> None:
         self.run_url = None if agent_url is None else agent_url.rstrip("/") + "/run"
         self.dispatch = dispatch
@@ -257,6 +289,7 @@ class _Run:
         self.agent_name = agent_name
         self.request_params = request_params
         self.status = status or StatusOptions()
+        self.compress_level = compress_level
         self.board: RunBoard | None = None
         self.total = 0
         self.done = 0
@@ -335,14 +368,16 @@ class _Run:
             self.failures_path.unlink(missing_ok=True)
             journal.unlink(missing_ok=True)
             return None
-        for path in (self.output_path, self.failures_path, journal):
+        # The output first: a corrupt frame there stops the resume with nothing changed.
+        _cut_torn_end(self.output_path)
+        for path in (self.failures_path, journal):
             _cut_torn_tail(path)
         names: list[str] = []
         if self.store is not None:
             names = [
                 name
                 for name in os.listdir(self.store.directory)
-                if name.endswith((CAPTURE_SUFFIX, INCOMPLETE_SUFFIX))
+                if name.endswith((CAPTURE_SUFFIX, COMPRESSED_CAPTURE_SUFFIX, INCOMPLETE_SUFFIX))
             ]
         with contextlib.ExitStack() as stack:
             output = _lines_of(stack, self.output_path)
@@ -371,7 +406,9 @@ class _Run:
                 agent = http_agent(session, self.run_url)
 
                 async def dispatch(rollout: Rollout) -> RolloutOutcome:
-                    return await run_rollout(agent, rollout, self.store, self.io)
+                    return await run_rollout(
+                        agent, rollout, self.store, self.io, compress_level=self.compress_level
+                    )
 
             async def work() -> None:
                 # next() never awaits, so the workers can share one generator.
@@ -448,26 +485,7 @@ class _Run:
         accumulator = AggregateMetrics(capture=self.store is not None)
         for server, count in self.failed_by_server.values():
             accumulator.add_failure(server, count)
-        sorted_tmp = self.output_path.with_name(self.output_path.name + ".sorting")
-        with open(self.output_path, "rb") as source:
-            index = _index_lines(source, self.output_path)
-            index.sort()
-            with open(sorted_tmp, "wb") as target:
-                previous: tuple[int, int] | None = None
-                for task, rollout, offset, length in index:
-                    if previous == (task, rollout):
-                        log.warning(
-                            "%s: dropped a second line of %d-%d", source.name, task, rollout
-                        )
-                        continue
-                    previous = (task, rollout)
-                    source.seek(offset)
-                    line = source.read(length)
-                    accumulator.add_line(orjson.loads(line))
-                    target.write(line if line.endswith(b"\n") else line + b"\n")
-                target.flush()
-                os.fsync(target.fileno())
-        os.replace(sorted_tmp, self.output_path)
+        self._sort_output(accumulator)
         entries = accumulator.entries(self.agent_name)
         tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
         tmp.write_bytes(
@@ -476,31 +494,73 @@ class _Run:
         os.replace(tmp, self.metrics_path)
         return accumulator.overall.result(), entries
 
+    def _sort_output(self, accumulator: AggregateMetrics) -> None:
+        """Rewrite the output sorted by (task, rollout), each line added to ``accumulator``:
+        fsynced, then renamed over the output. A second line of a pair is dropped.
+
+        A compressed output is decompressed to a plain temporary beside it first, and sorted
+        from that as a plain output is (lines read back by offset, never held), so memory stays
+        bounded by the index; the temporary is removed whatever happens.
+        """
+        if not is_compressed(self.output_path.name):
+            self._sort_from(self.output_path, accumulator)
+            return
+        plain = self.output_path.with_name(self.output_path.name + ".unpacked")
+        try:
+            _unpack(self.output_path, plain)
+            self._sort_from(plain, accumulator)
+        finally:
+            plain.unlink(missing_ok=True)
+
+    def _sort_from(self, source_path: Path, accumulator: AggregateMetrics) -> None:
+        """``_sort_output`` from ``source_path``, the output's plain form."""
+        sorted_tmp = self.output_path.with_name(self.output_path.name + ".sorting")
+        with open(source_path, "rb") as source:
+            index = _index_lines(source, self.output_path)
+            index.sort()
+            with open(sorted_tmp, "wb") as target:
+                out = LineBatches(target, compressed=is_compressed(self.output_path.name))
+                previous: tuple[int, int] | None = None
+                for task, rollout, offset, length in index:
+                    if previous == (task, rollout):
+                        log.warning(
+                            "%s: dropped a second line of %d-%d", self.output_path, task, rollout
+                        )
+                        continue
+                    previous = (task, rollout)
+                    source.seek(offset)
+                    line = source.read(length)
+                    accumulator.add_line(orjson.loads(line))
+                    out.write(line if line.endswith(b"\n") else line + b"\n")
+                out.flush()
+                target.flush()
+                os.fsync(target.fileno())
+        os.replace(sorted_tmp, self.output_path)
+
 
 class _Writer:
     """The only code that writes the output and failures files during a run.
 
-    Lines are appended in batches, one write and one flush per file per batch, in a thread;
-    the failures file is created at its first line.
+    Lines are appended in batches, one write and one flush per file per batch, in a thread
+    (``FrameWriter``: a batch is one complete frame of a compressed output); the output exists
+    from the start, the failures file is created at its first line.
     """
 
     def __init__(self, output_path: Path, failures_path: Path) -> None:
-        self.output_path = output_path
-        self.failures_path = failures_path
-        self.output: IO[bytes] | None = None
-        self.failures: IO[bytes] | None = None
+        self.output = FrameWriter(output_path)
+        self.failures = FrameWriter(failures_path)
 
     async def __aenter__(self) -> _Writer:
-        self.output = await asyncio.to_thread(open, self.output_path, "ab")
+        # The end of the run reads the output back, even when no rollout ended well.
+        await asyncio.to_thread(self.output.path.touch)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await asyncio.to_thread(self._close)
 
     def _close(self) -> None:
-        for handle in (self.output, self.failures):
-            if handle is not None:
-                handle.close()
+        self.output.close()
+        self.failures.close()
 
     async def drain(self, queue: asyncio.Queue[tuple[int, bytes] | object]) -> None:
         loop = asyncio.get_running_loop()
@@ -522,19 +582,8 @@ class _Writer:
                 return
 
     def _write(self, items: list[tuple[int, bytes]]) -> None:
-        for kind, handle_name, path in (
-            (_OK, "output", self.output_path),
-            (_FAILED, "failures", self.failures_path),
-        ):
-            data = b"".join(line for k, line in items if k == kind)
-            if not data:
-                continue
-            handle: IO[bytes] | None = getattr(self, handle_name)
-            if handle is None:
-                handle = open(path, "ab")  # noqa: SIM115 (closed in _close)
-                setattr(self, handle_name, handle)
-            handle.write(data)
-            handle.flush()
+        for kind, writer in ((_OK, self.output), (_FAILED, self.failures)):
+            writer.write(b"".join(line for k, line in items if k == kind))
 
 
 def http_agent(session: aiohttp.ClientSession, run_url: str) -> AgentCall:
@@ -554,6 +603,8 @@ async def run_rollout(
     rollout: Rollout,
     store: CaptureStore | None,
     io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any],
+    *,
+    compress_level: int | None = None,
 ) -> RolloutOutcome:
     """Run the rollout through the agent's ``/run`` and build its line: an ``"ok"`` or
     ``"failed"`` outcome.
@@ -562,7 +613,8 @@ async def run_rollout(
     cluster's workers alike: ``rollout_line`` with the measured ``/run`` wall-clock, so the
     line has the evidence keys (``ng_model_call_capture`` and ``ng_perf`` with ``store``, the
     capture to attach, read and encoded through ``io``; ``ng_trajectory`` whenever there is
-    evidence).
+    evidence). With ``store`` and ``compress_level``, an ``"ok"`` rollout's capture is then
+    compacted at that level, through ``io`` too; a compaction that fails is a warning only.
     """
     try:
         answer, latency_ms = await _call_agent(agent, rollout)
@@ -573,7 +625,7 @@ async def run_rollout(
             orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE),
             model_unreachable=exc.model_unreachable,
         )
-    work = (_encode_rollout, (store, rollout, answer, latency_ms))
+    work = (_encode_rollout, (store, rollout, answer, latency_ms, compress_level))
     if store is None and not has_evidence(answer):
         data = _encode_rollout(*work[1])  # nothing to read or build: no thread needed
     else:
@@ -635,7 +687,11 @@ def _start_capture(store: CaptureStore, rollout_id: str) -> None:
 
 
 def _encode_rollout(
-    store: CaptureStore | None, rollout: Rollout, answer: Mapping[str, Any], latency_ms: float
+    store: CaptureStore | None,
+    rollout: Rollout,
+    answer: Mapping[str, Any],
+    latency_ms: float,
+    compress_level: int | None = None,
 ) -> bytes:
     line = rollout_line(
         rollout,
@@ -644,7 +700,24 @@ def _encode_rollout(
         observability_enabled=store is not None,
         rollout_latency_ms=latency_ms,
     )
-    return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+    data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+    if store is not None and compress_level is not None:
+        _compact(store, rollout.rollout_id, compress_level)
+    return data
+
+
+def _compact(store: CaptureStore, rollout_id: str, level: int) -> None:
+    """Compact the rollout's capture, now that its line says what it holds. Never raises: the
+    rollout's line is built, and a compaction that fails leaves the plain file as it was."""
+    try:
+        store.compact(rollout_id, level=level)
+    except Exception as exc:
+        log.warning(
+            "rollout %s: its capture was not compacted (%s: %s); the plain file stays",
+            rollout_id,
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _body(raw: bytes) -> Any:
@@ -655,10 +728,48 @@ def _body(raw: bytes) -> Any:
 
 
 def _lines_of(stack: contextlib.ExitStack, path: Path) -> Iterator[bytes]:
+    """The file's lines (``iter_lines``: plain or compressed), open until ``stack`` closes; a
+    missing file has none."""
     try:
-        return iter(stack.enter_context(open(path, "rb")))
+        return stack.enter_context(iter_lines(path))
     except FileNotFoundError:
         return iter(())
+
+
+def _cut_torn_end(path: Path) -> None:
+    """Make the output end where an append can start: a plain one's torn last line is cut, a
+    compressed one's last frame cut short (``_cut_torn_frame``)."""
+    if is_compressed(path.name):
+        _cut_torn_frame(path)
+    else:
+        _cut_torn_tail(path)
+
+
+def _cut_torn_frame(path: Path) -> None:
+    """Cut a last frame a killed run left half-written, so that appends start a whole frame.
+
+    A frame that does not decode raises ``CompressedFileError`` (naming the file and its
+    byte) with the file untouched: frames appended behind it would hold lines no strict read
+    of the file reaches.
+    """
+    try:
+        keep = whole_frames_length(path)
+    except FileNotFoundError:
+        return
+    size = os.path.getsize(path)
+    if keep < size:
+        os.truncate(path, keep)
+        log.warning(
+            "%s: cut a last frame cut short (%d bytes from byte %d)", path, size - keep, keep
+        )
+
+
+def _unpack(packed: Path, plain: Path) -> None:
+    """Write the compressed file's plain form to ``plain``, one frame's lines held at a time;
+    a frame's last line without its newline is ended, so that it stays a line of its own."""
+    with iter_lines(packed) as lines, open(plain, "wb") as out:
+        for line in lines:
+            out.write(line if line.endswith(b"\n") else line + b"\n")
 
 
 def _cut_torn_tail(path: Path) -> None:

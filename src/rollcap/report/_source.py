@@ -1,7 +1,8 @@
 """Where a run's files are, and reading them tolerantly (the I/O shell of the report).
 
-A run is a capture directory (``<rollout_id>.capture.jsonl`` files), optionally the rollouts
-file that collection wrote (and its ``_failures.jsonl`` beside it), and optionally an RL staging
+A run is a capture directory (``<rollout_id>.capture.jsonl`` files, or compacted
+``.capture.jsonl.zst`` ones), optionally the rollouts file that collection wrote (plain or
+``.jsonl.zst``, and its ``_failures.jsonl`` beside it), and optionally an RL staging
 directory (``DirectoryStagingSink``'s) with the staging gate's ledger (``FileLineageStore``'s
 ``<rollout_id>.lineage.jsonl`` files: in the capture directory, the gate's default place, unless
 another ledger directory is named). ``eval submit``'s job directory holds ``rollouts.jsonl`` and
@@ -25,7 +26,14 @@ import orjson
 from rollcap.ids import ROLLOUT_ID_PATTERN, validate_rollout_id
 from rollcap.records import Gap
 from rollcap.report._model import RolloutInput, RolloutLine, rollout_line_info, task_of
-from rollcap.store import CAPTURE_SUFFIX, CaptureStore
+from rollcap.store import (
+    CAPTURE_SUFFIX,
+    COMPRESSED_CAPTURE_SUFFIX,
+    CaptureStore,
+    CompressedFileError,
+    iter_lines,
+    plain_name,
+)
 
 if TYPE_CHECKING:
     # Imported where they are used: staging's wire models are pydantic's, which every command
@@ -90,7 +98,10 @@ class RunFiles:
 def _holds_captures(directory: Path) -> bool:
     try:
         with os.scandir(directory) as entries:
-            return any(entry.name.endswith(CAPTURE_SUFFIX) for entry in entries)
+            return any(
+                entry.name.endswith((CAPTURE_SUFFIX, COMPRESSED_CAPTURE_SUFFIX))
+                for entry in entries
+            )
     except OSError:
         return False
 
@@ -132,7 +143,8 @@ def find_run(
 
 def _rollouts_near(capture_dir: Path) -> tuple[Path | None, str]:
     """The rollouts file beside the capture directory (``rollouts.jsonl`` or
-    ``*_rollouts.jsonl``, as ``eval run --output`` names them) or in it, and how it was found.
+    ``*_rollouts.jsonl``, as ``eval run --output`` names them, or either compressed, ``.zst``)
+    or in it, and how it was found.
 
     Exactly one candidate in the first place that has any is taken; several there are not
     guessed between.
@@ -142,8 +154,7 @@ def _rollouts_near(capture_dir: Path) -> tuple[Path | None, str]:
             found = sorted(
                 path
                 for path in place.iterdir()
-                if path.is_file()
-                and (path.name == JOB_ROLLOUTS_FILE or path.name.endswith("_" + JOB_ROLLOUTS_FILE))
+                if path.is_file() and _is_rollouts_name(plain_name(path.name))
             )
         except OSError:
             continue
@@ -158,22 +169,31 @@ def _rollouts_near(capture_dir: Path) -> tuple[Path | None, str]:
     return None, "rollouts: none found beside the capture directory (name one with --rollouts)"
 
 
+def _is_rollouts_name(name: str) -> bool:
+    return name == JOB_ROLLOUTS_FILE or name.endswith("_" + JOB_ROLLOUTS_FILE)
+
+
 def _jsonl(path: Path) -> Iterator[dict[str, object] | None]:
-    """Each line's object, or ``None`` for a line that is not one; a missing file has none."""
+    """Each line's object, or ``None`` for a line that is not one; a missing file has none.
+
+    A compressed file (``.zst``) is read frame by frame; a frame that does not decode ends the
+    read with one ``None`` more (the lines behind it cannot be reached), never an error.
+    """
     try:
-        handle = path.open("rb")
+        with iter_lines(path) as lines:
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    value = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    yield None
+                    continue
+                yield value if isinstance(value, dict) else None
     except FileNotFoundError:
         return
-    with handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                value = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                yield None
-                continue
-            yield value if isinstance(value, dict) else None
+    except CompressedFileError:
+        yield None
 
 
 def read_rollout_lines(run: RunFiles) -> tuple[dict[str, RolloutLine], list[Gap]]:

@@ -121,7 +121,7 @@ class RunIndex:
             for rollout_id in order:
                 line = lines.get(rollout_id)
                 key = _file_key(
-                    str(self.store.path_for(rollout_id)),
+                    str(self.store.file_for(rollout_id)),
                     str(self.store.marker_for(rollout_id)),
                     line,
                 )
@@ -150,7 +150,7 @@ class RunIndex:
         """The rollout as read; ``None`` when the run has no such rollout."""
         with self._lock:
             lines, _ = self._rollout_lines()
-        if rollout_id not in lines and not self.store.path_for(rollout_id).exists():
+        if rollout_id not in lines and not self.store.has_capture(rollout_id):
             return None
         return read_rollout(self.store, rollout_id, lines.get(rollout_id))
 

@@ -24,6 +24,7 @@ import orjson
 
 from rollcap.status._board import RunBoard, ServerAnswer
 from rollcap.status._rules import LiveStatusSettings
+from rollcap.store import plain_name
 
 __all__ = ["LiveStatus", "ModelServers", "StatusOptions", "StatusSink", "status_path"]
 
@@ -49,8 +50,9 @@ class StatusOptions:
 
 
 def status_path(output_path: str | os.PathLike[str]) -> Path:
-    """``<output stem>_status.json`` beside the output file."""
-    output = Path(output_path)
+    """``<output stem>_status.json`` beside the output file (the stem of a compressed output's
+    plain name: ``X.jsonl.zst`` has ``X_status.json``)."""
+    output = Path(plain_name(os.fspath(output_path)))
     return output.with_name(f"{output.stem}_status.json")
 
 

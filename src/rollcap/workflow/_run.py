@@ -316,6 +316,7 @@ async def _collect(
         lost_retries=lost_retries,
         request_params=params,
         status=status,
+        compress_capture_level=settings.compress_capture_level,
     )
 
 
@@ -364,6 +365,7 @@ async def _run_on_cluster(
         cluster,
         agent=request.agent,
         capture_dir=settings.capture_dir,
+        compress_capture_level=settings.compress_capture_level,
         serve=request.serve,
         model_type=request.model_type,
         resources_server=resources,

@@ -14,7 +14,8 @@ W&B run gets, from the output file and the metrics file:
   summary as ``<group>/<name>``.
 
 A logged table holds at most ``wandb.Table.MAX_ROWS`` rows: the rollouts (and calls) past it
-are left out, and the summary says how many. The output file is read one line at a time.
+are left out, and the summary says how many. The output file is read one line at a time (a
+compressed one, ``.jsonl.zst``, one frame at a time).
 ``WANDB_MODE=offline`` logs to the run directory alone; ``WANDB_DIR`` says where it goes.
 
 The W&B client is the optional extra ``rollcap[wandb]``; ``require_wandb`` says so in one line
@@ -32,6 +33,7 @@ import orjson
 
 from rollcap.config import ConfigError
 from rollcap.evidence import CAPTURE_KEY, PERF_KEY, rollout_for_export
+from rollcap.store import iter_lines, plain_name
 
 __all__ = [
     "CALL_COLUMNS",
@@ -144,7 +146,9 @@ def metric_rows(entries: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
 
 
 def _lines(path: Path) -> Iterator[dict[str, Any]]:
-    with open(path, "rb") as source:
+    """The output's JSON objects, plain or compressed; a frame that does not decode raises
+    (``CompressedFileError``), as a missing file does."""
+    with iter_lines(path) as source:
         for raw in source:
             try:
                 line = orjson.loads(raw)
@@ -183,7 +187,7 @@ def log_to_wandb(
     run = wandb.init(
         project=project,
         entity=entity,
-        name=Path(output_path).stem,
+        name=Path(plain_name(os.fspath(output_path))).stem,
         job_type="eval",
         config=dict(config or {}),
         settings=wandb.Settings(silent=True),
