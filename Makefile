@@ -129,6 +129,7 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/reassembly.py
 	$(BIN)/python bench/hostile.py
 	$(BIN)/python bench/collect.py
+	$(BIN)/python bench/compress.py
 	$(BIN)/python bench/staging.py
 	$(BIN)/python bench/local.py
 	$(BIN)/python bench/report.py

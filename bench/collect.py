@@ -12,9 +12,12 @@ of three arms:
   reads each rollout's capture and attaches the evidence (``ng_model_call_capture``, the agent's
   observations joined, ``ng_trajectory``, ``ng_perf``);
 - evidence off: the same, but collection without ``capture_dir``: the model server captures
-  alike, collection reads no capture (the agent's own evidence still makes a trajectory).
+  alike, collection reads no capture (the agent's own evidence still makes a trajectory);
+- compacted: capture on, and each rollout's capture compacted into ``.capture.jsonl.zst`` once
+  its line is built (``compress_capture_level``, the default level).
 
-Reported: the median rollouts/s of each arm, the ratios capture on / off and evidence on / off,
+Reported: the median rollouts/s of each arm, the ratios capture on / off, evidence on / off and
+compacted / capture on,
 and what the raw system calls of one rollout's file cost beside the capture directories before
 and after the run (see ``_raw_costs_us``).
 """
@@ -34,6 +37,7 @@ from pathlib import Path
 from _procs import agent_url, free_port, started
 from rollcap.collect import collect
 from rollcap.gym import example_data_path
+from rollcap.store import DEFAULT_LEVEL
 
 BIN = Path(sys.executable).parent
 KEY = "bench-key"
@@ -43,7 +47,7 @@ ROUNDS = 3
 
 
 def _run(agent: str, example: Path, out: Path, capture_dir: Path | None, repeats: int,
-         concurrency: int) -> float:  # fmt: skip
+         concurrency: int, compress: int | None = None) -> float:  # fmt: skip
     start = time.perf_counter()
     summary = asyncio.run(
         collect(
@@ -53,6 +57,7 @@ def _run(agent: str, example: Path, out: Path, capture_dir: Path | None, repeats
             capture_dir=capture_dir,
             num_repeats=repeats,
             concurrency=concurrency,
+            compress_capture_level=compress,
         )
     )
     elapsed = time.perf_counter() - start
@@ -116,7 +121,7 @@ def main() -> None:
         with started(up_args, "http") as (_, up_lines):
             upstream = up_lines[0].strip()
             common = [f"++policy_base_url={upstream}/v1", f"++policy_api_key={KEY}"]
-            arms = ("capture off", "capture on", "evidence off")
+            arms = ("capture off", "capture on", "evidence off", "compacted")
             rates: dict[str, list[float]] = {arm: [] for arm in arms}
             with started([*env, "--head-port", str(free_port()), *common], "head") as (_, off):
                 for n in range(ROUNDS):
@@ -126,7 +131,7 @@ def main() -> None:
                     )
                     # Each capture-on round is a new run: a fresh environment and an empty
                     # capture directory, as a user's next run would have.
-                    for arm in ("capture on", "evidence off"):
+                    for arm in arms[1:]:
                         calls = work / f"calls-{n}-{arm.replace(' ', '-')}"
                         capture = [
                             "++observability_enabled=true",
@@ -135,10 +140,14 @@ def main() -> None:
                         on_env = [*env, "--head-port", str(free_port()), *common, *capture]
                         with started(on_env, "head") as (_, on):
                             out = work / f"{arm.replace(' ', '-')}-{n}.jsonl"
-                            read = calls if arm == "capture on" else None
-                            rates[arm].append(
-                                _run(agent_url(on), example, out, read, repeats, args.concurrency)
+                            read = None if arm == "evidence off" else calls
+                            level = DEFAULT_LEVEL if arm == "compacted" else None
+                            rate = _run(
+                                agent_url(on), example, out, read, repeats, args.concurrency, level
                             )
+                            rates[arm].append(rate)
+                            if level is not None:
+                                assert not list(calls.glob("*.capture.jsonl")), "not compacted"
         ran = repeats * len(example.read_text().splitlines())
         for label, values in rates.items():
             print(f"{label:<12} {ran} rollouts x {ROUNDS} rounds: median "
@@ -149,6 +158,8 @@ def main() -> None:
         print(f"capture on / off: {ratio:.2f} ({args.concurrency} concurrent, 2 cores shared)")
         evidence = median["capture on"] / median["evidence off"]
         print(f"evidence on / off (both captured): {evidence:.2f}")
+        compacted = median["compacted"] / median["capture on"]
+        print(f"compacted / capture on (level {DEFAULT_LEVEL}): {compacted:.2f}")
         raw_after = _raw_costs_us(work / "probe-after")
         print("raw system calls of one rollout file beside the capture directories, CPU:")
         print(_costs_line("  before the run", raw_before))

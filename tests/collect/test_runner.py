@@ -21,6 +21,7 @@ from starlette.routing import Route
 from rollcap._runtime.batch import BatchThread, call_each
 from rollcap._runtime.serving import serving
 from rollcap.collect import (
+    CaptureCompactor,
     InputError,
     Rollout,
     RolloutOutcome,
@@ -651,7 +652,8 @@ async def test_resume_refuses_a_zst_output_with_a_frame_that_does_not_decode(
 async def test_compaction_leaves_compressed_captures_and_the_same_lines(
     agent: StubAgent, tmp_path: Path, capture_dir: Path
 ) -> None:
-    tasks = [{"calls": 1 + i, "observe": True} for i in range(3)] + [{"calls": 1, "damage": True}]
+    tasks: list[dict[str, object]] = [{"calls": 1 + i, "observe": True} for i in range(3)]
+    tasks += [{"calls": 1, "damage": True}, {"calls": 2, "fail": "http500"}]  # a failed rollout's calls are compacted too
     source = write_input(tmp_path / "in.jsonl", tasks)
     async with asyncio.timeout(BOUND_S):
         plain = await collect(agent.url, source, tmp_path / "plain.jsonl", capture_dir=capture_dir)
@@ -660,14 +662,15 @@ async def test_compaction_leaves_compressed_captures_and_the_same_lines(
             agent.url, source, tmp_path / "packed.jsonl", capture_dir=capture_dir,
             compress_capture_level=7,
         )  # fmt: skip
-    ids = ["0-0", "1-0", "2-0", "3-0"]
+    ids = ["0-0", "1-0", "2-0", "3-0", "4-0"]
     names = sorted(name for name in os.listdir(capture_dir) if ".capture." in name)
     assert names == sorted([f"{i}.capture.jsonl.zst" for i in ids] + ["3-0.capture.incomplete"])
     assert agent.store.rollout_ids(compressed=False) == []
     before, after = read_lines(plain.output_path), read_lines(packed.output_path)
     assert [line[CAPTURE_KEY] for line in after] == [line[CAPTURE_KEY] for line in before]
     assert [line[TRAJECTORY_KEY] for line in after] == [line[TRAJECTORY_KEY] for line in before]
-    assert [len(agent.store.read_available(i).records) for i in ids] == [1, 2, 3, 1]
+    assert [len(agent.store.read_available(i).records) for i in ids] == [1, 2, 3, 1, 2]
+    assert packed.failed == 1
 
 
 async def test_a_compression_level_out_of_range_is_refused_before_anything_runs(
@@ -698,8 +701,10 @@ async def test_a_compaction_that_fails_is_a_warning_and_the_rollout_stands(
         return 200, orjson.dumps({"response": {}, "reward": 1.0})
 
     io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(call_each, "t")
-    outcome = await run_rollout(agent, rollout, store, io, compress_level=3)
+    compactor = CaptureCompactor(store, 3)
+    outcome = await run_rollout(agent, rollout, store, io, compactor=compactor)
     await asyncio.to_thread(io.close)
+    await asyncio.to_thread(compactor.close)
     assert outcome.kind == RolloutOutcome.OK
     assert orjson.loads(outcome.line)["reward"] == 1.0
     assert "rollout 0-0: its capture was not compacted (CaptureConflictError" in caplog.text

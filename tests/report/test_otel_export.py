@@ -587,3 +587,29 @@ def test_a_receiver_that_keeps_failing_is_given_up_on(
     assert (result.spans_sent, result.spans_lost) == (0, total)
     _, err = format_export(result)
     assert f"more not sent after {GIVE_UP_AFTER} failures in a row" in err[-1]
+
+
+def test_a_compacted_run_with_a_compressed_rollouts_file_exports_the_same_spans(
+    capture: Capture, receiver: Receiver, tmp_path: Path
+) -> None:
+    from rollcap.store import compress_directory
+    from rollcap.store._frames import encode_frame
+
+    assert _export(capture, "--rollouts", str(capture.rollouts)) == 0
+    plain_spans = sorted(
+        plain(s)["rollcap.model_call_id"] for s in receiver.spans() if s.parent_span_id
+    )
+    receiver.requests.clear()
+    packed = tmp_path / "packed"
+    shutil.copytree(capture.directory, packed)
+    assert compress_directory(packed).failed == []
+    rollouts = tmp_path / "rollouts.jsonl.zst"
+    rollouts.write_bytes(encode_frame(capture.rollouts.read_bytes()))
+    assert rollouts.with_name("rollouts_failures.jsonl").is_file()  # its plain sidecar
+    args = ["capture", "export-otel", str(packed), "--rollouts", str(rollouts), "--content", "ref"]
+    assert main(args) == 0
+    calls = [s for s in receiver.spans() if s.parent_span_id]
+    assert sorted(plain(s)["rollcap.model_call_id"] for s in calls) == plain_spans
+    files = {plain(s)["rollcap.capture.file"] for s in calls}
+    assert files
+    assert all(str(name).endswith(".capture.jsonl.zst") for name in files), files

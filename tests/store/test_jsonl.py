@@ -66,3 +66,15 @@ def test_a_corrupt_frame_is_an_error_even_for_the_length(tmp_path: Path) -> None
 def test_a_missing_file_is_file_not_found(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError), iter_lines(tmp_path / "absent.jsonl.zst"):
         pass
+
+
+def test_a_damaged_header_that_seems_to_run_to_the_end_is_not_cut(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl.zst"
+    _write(path)
+    data = bytearray(path.read_bytes())
+    second = list(read_frames(bytes(data)))[1]
+    data[second.start + 4] = 0x00  # a descriptor without its checksum flag: the end moves
+    data[second.start + 6 : second.start + 9] = b"\xf8\xff\x00"  # a first block past the end
+    path.write_bytes(bytes(data))
+    with pytest.raises(CompressedFileError, match="a frame that decodes follows a frame cut"):
+        whole_frames_length(path)

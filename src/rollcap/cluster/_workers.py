@@ -56,6 +56,7 @@ from rollcap.cluster._inprocess import asgi_caller, lifespan
 from rollcap.cluster._wire import ROLLOUT_PATH, decode_request, outcome_headers
 from rollcap.collect import (
     AgentCall,
+    CaptureCompactor,
     Rollout,
     RolloutOutcome,
     failure_line,
@@ -103,6 +104,7 @@ class RolloutWorker(Lifecycle):
         self.session: aiohttp.ClientSession | None = None
         self.store: CaptureStore | None = None
         self.io: BatchThread[Any, Any] | None = None
+        self.compactor: CaptureCompactor | None = None
 
     async def start(self) -> dict[str, Any]:
         """``{"url", "node_id", "warnings"}`` once it serves ``POST /rollout``, or
@@ -113,6 +115,8 @@ class RolloutWorker(Lifecycle):
             if self.capture_dir is not None:
                 warnings = await asyncio.to_thread(check_capture_dir, self.capture_dir, shared=True)
                 self.store = CaptureStore(self.capture_dir)
+                if self.compress_capture_level is not None:
+                    self.compactor = CaptureCompactor(self.store, self.compress_capture_level)
             if self.plan_config is not None:
                 self.plan = plan_servers(self.plan_config, **self.plan_args)
                 assert self.agent_name is not None
@@ -166,9 +170,7 @@ class RolloutWorker(Lifecycle):
                 agent = http_agent(self.session, target.rstrip("/") + "/run")
             else:
                 agent = await self._agent_for(target)
-            return await run_rollout(
-                agent, rollout, self.store, self.io, compress_level=self.compress_capture_level
-            )
+            return await run_rollout(agent, rollout, self.store, self.io, compactor=self.compactor)
         except Exception as exc:
             line = failure_line(rollout, "worker_error", f"{type(exc).__name__}: {exc}")
             data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
@@ -187,6 +189,8 @@ class RolloutWorker(Lifecycle):
             await self.session.close()
         if self.io is not None:
             await asyncio.to_thread(self.io.close)
+        if self.compactor is not None:
+            await asyncio.to_thread(self.compactor.close)
         if self.store is not None:
             self.store.close()
         if self.stopped is not None:

@@ -17,6 +17,7 @@ from rollcap.collect._aggregate import (
     MetricsAccumulator,
     percentile,
 )
+from rollcap.collect._compact import CaptureCompactor
 from rollcap.collect._journal import DispatchJournal, dispatched_path
 from rollcap.collect._lines import (
     AgentAnswerError,
@@ -54,6 +55,7 @@ __all__ = [
     "AgentAnswerError",
     "AgentCall",
     "AggregateMetrics",
+    "CaptureCompactor",
     "CollectionSummary",
     "Dispatch",
     "DispatchJournal",

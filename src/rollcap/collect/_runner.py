@@ -49,6 +49,7 @@ import orjson
 
 from rollcap._runtime.batch import BatchThread, call_each
 from rollcap.collect._aggregate import ENVIRONMENT_SERVER_KEY, AggregateMetrics, CollectionSummary
+from rollcap.collect._compact import CaptureCompactor
 from rollcap.collect._journal import DispatchJournal, dispatched_path
 from rollcap.collect._lines import (
     AgentAnswerError,
@@ -289,7 +290,11 @@ class _Run:
         self.agent_name = agent_name
         self.request_params = request_params
         self.status = status or StatusOptions()
-        self.compress_level = compress_level
+        self.compactor = (
+            None
+            if store is None or compress_level is None
+            else CaptureCompactor(store, compress_level)
+        )
         self.board: RunBoard | None = None
         self.total = 0
         self.done = 0
@@ -407,7 +412,7 @@ class _Run:
 
                 async def dispatch(rollout: Rollout) -> RolloutOutcome:
                     return await run_rollout(
-                        agent, rollout, self.store, self.io, compress_level=self.compress_level
+                        agent, rollout, self.store, self.io, compactor=self.compactor
                     )
 
             async def work() -> None:
@@ -427,6 +432,8 @@ class _Run:
                     group.create_task(workers())
             finally:
                 await asyncio.to_thread(self.io.close)
+                if self.compactor is not None:
+                    await asyncio.to_thread(self.compactor.close)
                 await asyncio.to_thread(self.starts.close)
                 if self.journal is not None:
                     self.journal.close()
@@ -604,7 +611,7 @@ async def run_rollout(
     store: CaptureStore | None,
     io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any],
     *,
-    compress_level: int | None = None,
+    compactor: CaptureCompactor | None = None,
 ) -> RolloutOutcome:
     """Run the rollout through the agent's ``/run`` and build its line: an ``"ok"`` or
     ``"failed"`` outcome.
@@ -613,23 +620,28 @@ async def run_rollout(
     cluster's workers alike: ``rollout_line`` with the measured ``/run`` wall-clock, so the
     line has the evidence keys (``ng_model_call_capture`` and ``ng_perf`` with ``store``, the
     capture to attach, read and encoded through ``io``; ``ng_trajectory`` whenever there is
-    evidence). With ``store`` and ``compress_level``, an ``"ok"`` rollout's capture is then
-    compacted at that level, through ``io`` too; a compaction that fails is a warning only.
+    evidence). With ``compactor``, the rollout's capture is then compacted, failed or not
+    (batched with the others finishing, ``CaptureCompactor``); a compaction that fails is a
+    warning only.
     """
     try:
         answer, latency_ms = await _call_agent(agent, rollout)
     except _RolloutFailed as exc:
         line = failure_line(rollout, exc.kind, str(exc), **exc.detail)
+        if compactor is not None:  # its calls stay for `capture show`, compacted all the same
+            await compactor.compact(rollout.rollout_id)
         return RolloutOutcome(
             RolloutOutcome.FAILED,
             orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE),
             model_unreachable=exc.model_unreachable,
         )
-    work = (_encode_rollout, (store, rollout, answer, latency_ms, compress_level))
+    work = (_encode_rollout, (store, rollout, answer, latency_ms))
     if store is None and not has_evidence(answer):
         data = _encode_rollout(*work[1])  # nothing to read or build: no thread needed
     else:
         data = await io.submit(work)
+    if compactor is not None:
+        await compactor.compact(rollout.rollout_id)
     return RolloutOutcome(RolloutOutcome.OK, data)
 
 
@@ -691,7 +703,6 @@ def _encode_rollout(
     rollout: Rollout,
     answer: Mapping[str, Any],
     latency_ms: float,
-    compress_level: int | None = None,
 ) -> bytes:
     line = rollout_line(
         rollout,
@@ -700,24 +711,7 @@ def _encode_rollout(
         observability_enabled=store is not None,
         rollout_latency_ms=latency_ms,
     )
-    data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
-    if store is not None and compress_level is not None:
-        _compact(store, rollout.rollout_id, compress_level)
-    return data
-
-
-def _compact(store: CaptureStore, rollout_id: str, level: int) -> None:
-    """Compact the rollout's capture, now that its line says what it holds. Never raises: the
-    rollout's line is built, and a compaction that fails leaves the plain file as it was."""
-    try:
-        store.compact(rollout_id, level=level)
-    except Exception as exc:
-        log.warning(
-            "rollout %s: its capture was not compacted (%s: %s); the plain file stays",
-            rollout_id,
-            type(exc).__name__,
-            exc,
-        )
+    return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _body(raw: bytes) -> Any:

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-import orjson
-
 from rollcap.records import GAP_INCOMPLETE, GAP_RECORDS_UNREADABLE, GAP_UNREADABLE, Gap
 from rollcap.report._otel_map import (
     DEFAULT_MAX_CONTENT_BYTES,
@@ -34,6 +32,7 @@ from rollcap.report._otel_map import (
     chunked,
     rollout_spans,
 )
+from rollcap.report._source import jsonl_objects
 from rollcap.store import CaptureStore
 
 __all__ = [
@@ -157,26 +156,14 @@ def read_rollout_infos(rollouts_path: str | os.PathLike[str]) -> tuple[dict[str,
     infos: dict[str, RolloutInfo] = {}
     unreadable = 0
     for path, required in ((Path(rollouts_path), True), (failures_path(rollouts_path), False)):
-        try:
-            handle = path.open("rb")
-        except FileNotFoundError:
-            if required:
-                raise
-            continue
-        with handle:
-            for line in handle:
-                if not line.strip():
-                    continue
-                try:
-                    obj = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    unreadable += 1
-                    continue
-                info = RolloutInfo.from_line(obj) if isinstance(obj, dict) else None
-                if info is None:
-                    unreadable += 1
-                else:
-                    infos[info.rollout_id] = info
+        if required and not path.is_file():
+            raise FileNotFoundError(f"{path}: no such rollouts file")
+        for obj in jsonl_objects(path):
+            info = RolloutInfo.from_line(obj) if obj is not None else None
+            if info is None:
+                unreadable += 1
+            else:
+                infos[info.rollout_id] = info
     return infos, unreadable
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "NOTE_ROLLOUTS_UNREADABLE",
     "RunFiles",
     "find_run",
+    "jsonl_objects",
     "read_manifest",
     "read_rollout",
     "read_rollout_lines",
@@ -173,7 +174,7 @@ def _is_rollouts_name(name: str) -> bool:
     return name == JOB_ROLLOUTS_FILE or name.endswith("_" + JOB_ROLLOUTS_FILE)
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, object] | None]:
+def jsonl_objects(path: Path) -> Iterator[dict[str, object] | None]:
     """Each line's object, or ``None`` for a line that is not one; a missing file has none.
 
     A compressed file (``.zst``) is read frame by frame; a frame that does not decode ends the
@@ -208,7 +209,7 @@ def read_rollout_lines(run: RunFiles) -> tuple[dict[str, RolloutLine], list[Gap]
         if path is None:
             continue
         bad = 0
-        for value in _jsonl(path):
+        for value in jsonl_objects(path):
             info = None if value is None else rollout_line_info(value)
             if info is None:
                 bad += 1

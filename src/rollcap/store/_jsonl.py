@@ -18,7 +18,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from rollcap.store._frames import DEFAULT_LEVEL, BadFrame, FrameStream, encode_frame, is_compressed
+from rollcap.store._frames import (
+    DEFAULT_LEVEL,
+    BadFrame,
+    Frame,
+    FrameStream,
+    encode_frame,
+    is_compressed,
+    read_frames,
+)
 
 __all__ = [
     "CompressedFileError",
@@ -74,8 +82,9 @@ def iter_lines(path: str | os.PathLike[str]) -> Iterator[Iterator[bytes]]:
 
 def whole_frames_length(path: str | os.PathLike[str]) -> int:
     """The length of the compressed file's whole frames from its start: its size, unless a
-    crash left its last frame cut short. A corrupt frame raises ``CompressedFileError``; a
-    missing file is ``FileNotFoundError``."""
+    crash left its last frame cut short. A corrupt frame raises ``CompressedFileError``, and so
+    does a frame that decodes behind one that seems cut short (a damaged header, not a crash:
+    cutting there would lose it); a missing file is ``FileNotFoundError``."""
     file = Path(path)
     stream = FrameStream()
     with open(file, "rb") as source:
@@ -84,6 +93,11 @@ def whole_frames_length(path: str | os.PathLike[str]) -> int:
                 stream.feed(chunk)
         except BadFrame as exc:
             raise CompressedFileError(file, exc.offset, exc.reason) from None
+        source.seek(stream.offset)
+        rest = source.read()
+    if any(isinstance(part, Frame) for part in read_frames(rest)):
+        reason = "a frame that decodes follows a frame cut short: the file is damaged"
+        raise CompressedFileError(file, stream.offset, reason)
     return stream.offset
 
 
