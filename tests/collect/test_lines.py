@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,8 @@ from rollcap.collect import (
     has_evidence,
     rollout_line,
 )
-from rollcap.collect._lines import LineBatches
 from rollcap.evidence import attach
 from rollcap.store import CaptureStore
-from rollcap.store._frames import Frame, read_frames
 from tests.collect.conftest import fake_record
 
 ROLLOUT = Rollout(3, 1, 1, {"question": "q?", "reward": "task's", "_ng_task_index": 99})
@@ -175,28 +172,3 @@ def test_failure_line() -> None:
 def test_check_agent_answer_refuses(answer: Any) -> None:
     with pytest.raises(AgentAnswerError):
         check_agent_answer(answer)
-
-
-def test_line_batches_write_a_plain_file_as_it_comes() -> None:
-    target = io.BytesIO()
-    out = LineBatches(target, compressed=False)
-    out.write(b'{"a": 1}\n')
-    assert target.getvalue() == b'{"a": 1}\n'  # nothing held back
-    out.flush()
-    assert target.getvalue() == b'{"a": 1}\n'
-
-
-def test_line_batches_write_frames_of_whole_lines_about_frame_bytes_each() -> None:
-    target = io.BytesIO()
-    out = LineBatches(target, compressed=True, frame_bytes=20)
-    lines = [b'{"n": %d, "pad": "xx"}\n' % n for n in range(5)]  # 21 bytes each
-    for line in lines[:4]:
-        out.write(line)
-    out.write(lines[4][:10])  # a frame ends where the lines it was given end
-    assert len(list(read_frames(target.getvalue()))) == 4
-    out.flush()
-    out.flush()  # nothing pending: no empty frame
-    frames = list(read_frames(target.getvalue()))
-    assert all(isinstance(frame, Frame) for frame in frames)
-    contents = [frame.content for frame in frames if isinstance(frame, Frame)]
-    assert contents == [*lines[:4], lines[4][:10]]

@@ -653,7 +653,10 @@ async def test_compaction_leaves_compressed_captures_and_the_same_lines(
     agent: StubAgent, tmp_path: Path, capture_dir: Path
 ) -> None:
     tasks: list[dict[str, object]] = [{"calls": 1 + i, "observe": True} for i in range(3)]
-    tasks += [{"calls": 1, "damage": True}, {"calls": 2, "fail": "http500"}]  # a failed rollout's calls are compacted too
+    tasks += [
+        {"calls": 1, "damage": True},
+        {"calls": 2, "fail": "http500"},
+    ]  # a failed rollout's calls are compacted too
     source = write_input(tmp_path / "in.jsonl", tasks)
     async with asyncio.timeout(BOUND_S):
         plain = await collect(agent.url, source, tmp_path / "plain.jsonl", capture_dir=capture_dir)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
-from rollcap.store import CompressedFileError, FrameWriter, iter_lines, whole_frames_length
+from rollcap.store import (
+    CompressedFileError,
+    FrameWriter,
+    LineBatches,
+    iter_lines,
+    whole_frames_length,
+)
 from rollcap.store._frames import Frame, read_frames
 
 BATCHES = [[b'{"n": %d}\n' % (10 * b + i) for i in range(10)] for b in range(5)]
@@ -78,3 +85,28 @@ def test_a_damaged_header_that_seems_to_run_to_the_end_is_not_cut(tmp_path: Path
     path.write_bytes(bytes(data))
     with pytest.raises(CompressedFileError, match="a frame that decodes follows a frame cut"):
         whole_frames_length(path)
+
+
+def test_line_batches_write_a_plain_file_as_it_comes() -> None:
+    target = io.BytesIO()
+    out = LineBatches(target, compressed=False)
+    out.write(b'{"a": 1}\n')
+    assert target.getvalue() == b'{"a": 1}\n'  # nothing held back
+    out.flush()
+    assert target.getvalue() == b'{"a": 1}\n'
+
+
+def test_line_batches_write_frames_of_whole_lines_about_frame_bytes_each() -> None:
+    target = io.BytesIO()
+    out = LineBatches(target, compressed=True, frame_bytes=20)
+    lines = [b'{"n": %d, "pad": "xx"}\n' % n for n in range(5)]  # 21 bytes each
+    for line in lines[:4]:
+        out.write(line)
+    out.write(lines[4][:10])  # a frame ends where the lines it was given end
+    assert len(list(read_frames(target.getvalue()))) == 4
+    out.flush()
+    out.flush()  # nothing pending: no empty frame
+    frames = list(read_frames(target.getvalue()))
+    assert all(isinstance(frame, Frame) for frame in frames)
+    contents = [frame.content for frame in frames if isinstance(frame, Frame)]
+    assert contents == [*lines[:4], lines[4][:10]]

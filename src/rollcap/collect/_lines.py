@@ -9,26 +9,20 @@ among them; then the evidence ``rollcap.evidence.attach`` adds (EVIDENCE.md): wi
 ``ng_model_call_capture`` (and the agent's observations joined with the captured calls, in
 place), ``ng_trajectory`` whenever the line has an evidence key, and ``ng_perf`` with capture
 on. The evidence never replaces ``response`` or ``reward``.
-
-``LineBatches`` writes finished lines to a file that may be compressed (``X.jsonl.zst``) when a
-file is rewritten whole: sorted at the end of a collection, reattached.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import Any
 
 from rollcap.collect._plan import Rollout
 from rollcap.evidence import CAPTURE_KEY, OBSERVATIONS_KEY, PERF_KEY, TRAJECTORY_KEY, attach
 from rollcap.ids import ATTEMPT_INDEX_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
-from rollcap.store._frames import DEFAULT_LEVEL, encode_frame
 
 __all__ = [
-    "FRAME_BYTES",
     "AgentAnswerError",
-    "LineBatches",
     "check_agent_answer",
     "failure_line",
     "has_evidence",
@@ -40,8 +34,6 @@ _EVIDENCE_KEYS = (CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY, PERF_KEY)
 # The collector's own keys: an agent cannot set them, and a task cannot bring evidence.
 _NOT_FROM_AGENT = frozenset(_ID_KEYS)
 _NOT_FROM_TASK = frozenset((*_ID_KEYS, *_EVIDENCE_KEYS))
-# A compressed file written whole: about this much plain text per frame (a reader holds one).
-FRAME_BYTES = 1 << 20
 
 
 class AgentAnswerError(ValueError):
@@ -112,34 +104,3 @@ def failure_line(rollout: Rollout, kind: str, message: str, **detail: Any) -> di
     line = _ids(rollout)
     line["error"] = {"kind": kind, "message": message, **detail}
     return line
-
-
-class LineBatches:
-    """Whole lines (newline included) written to ``target``: as they come when it is plain; as
-    frames of about ``frame_bytes`` of lines each when ``compressed``, a frame always ending at
-    a line's end. ``flush`` writes what is pending (the last frame); nothing is fsynced here.
-    """
-
-    def __init__(
-        self, target: IO[bytes], *, compressed: bool, frame_bytes: int = FRAME_BYTES
-    ) -> None:
-        self.target = target
-        self.compressed = compressed
-        self.frame_bytes = frame_bytes
-        self._pending: list[bytes] = []
-        self._size = 0
-
-    def write(self, line: bytes) -> None:
-        if not self.compressed:
-            self.target.write(line)
-            return
-        self._pending.append(line)
-        self._size += len(line)
-        if self._size >= self.frame_bytes:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._pending:
-            self.target.write(encode_frame(b"".join(self._pending), DEFAULT_LEVEL))
-            self._pending.clear()
-            self._size = 0

@@ -26,10 +26,9 @@ from typing import Any
 
 import orjson
 
-from rollcap.collect._lines import LineBatches
 from rollcap.evidence import PERF_KEY, attach
 from rollcap.ids import record_rollout_id
-from rollcap.store import is_compressed, iter_lines
+from rollcap.store import LineBatches, is_compressed, iter_lines
 
 __all__ = ["ReattachSummary", "reattach", "reattach_line"]
 

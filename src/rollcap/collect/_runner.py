@@ -53,7 +53,6 @@ from rollcap.collect._compact import CaptureCompactor
 from rollcap.collect._journal import DispatchJournal, dispatched_path
 from rollcap.collect._lines import (
     AgentAnswerError,
-    LineBatches,
     check_agent_answer,
     failure_line,
     has_evidence,
@@ -78,6 +77,7 @@ from rollcap.store import (
     INCOMPLETE_SUFFIX,
     CaptureStore,
     FrameWriter,
+    LineBatches,
     check_level,
     is_compressed,
     iter_lines,

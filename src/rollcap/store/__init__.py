@@ -30,7 +30,13 @@ from rollcap.store._frames import (
     is_compressed,
     plain_name,
 )
-from rollcap.store._jsonl import CompressedFileError, FrameWriter, iter_lines, whole_frames_length
+from rollcap.store._jsonl import (
+    CompressedFileError,
+    FrameWriter,
+    LineBatches,
+    iter_lines,
+    whole_frames_length,
+)
 from rollcap.store._shared import LOCK_PROBE_NAME, CaptureDirError, check_capture_dir, try_lock
 
 __all__ = [
@@ -48,6 +54,7 @@ __all__ = [
     "CompressedFileError",
     "DirectoryPass",
     "FrameWriter",
+    "LineBatches",
     "aggregate_model_call_metrics",
     "check_capture_dir",
     "check_level",

@@ -2,10 +2,11 @@
 
 For rollouts files and their kin, read and written whole or in batches: ``iter_lines`` streams
 a file's lines with one frame's bytes held at a time; ``FrameWriter`` appends one complete frame
-per batch; ``whole_frames_length`` says where a file's last whole frame ends, so a resumed run
-can cut a frame a crash left half-written, as it cuts a torn line. Every read of a compressed
-file is strict: a corrupt frame, or one cut short, raises ``CompressedFileError`` naming the
-file and the byte, never a silent loss of the lines behind it.
+per batch; ``LineBatches`` writes a file rewritten whole (sorted, reattached) in frames of about
+a MiB of lines each; ``whole_frames_length`` says where a file's last whole frame ends, so a
+resumed run can cut a frame a crash left half-written, as it cuts a torn line. Every read of a
+compressed file is strict: a corrupt frame, or one cut short, raises ``CompressedFileError``
+naming the file and the byte, never a silent loss of the lines behind it.
 
 Everything here blocks.
 """
@@ -31,11 +32,14 @@ from rollcap.store._frames import (
 __all__ = [
     "CompressedFileError",
     "FrameWriter",
+    "LineBatches",
     "iter_lines",
     "whole_frames_length",
 ]
 
 _CHUNK = 1 << 20
+# A compressed file written whole: about this much plain text per frame (a reader holds one).
+FRAME_BYTES = 1 << 20
 
 
 class CompressedFileError(ValueError):
@@ -128,3 +132,40 @@ class FrameWriter:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+
+class LineBatches:
+    """Whole lines (newline included) written to ``target``: as they come when it is plain; as
+    frames of about ``frame_bytes`` of lines each when ``compressed``, a frame always ending at
+    a line's end. ``flush`` writes what is pending (the last frame); nothing is fsynced here.
+    """
+
+    def __init__(
+        self,
+        target: IO[bytes],
+        *,
+        compressed: bool,
+        frame_bytes: int = FRAME_BYTES,
+        level: int = DEFAULT_LEVEL,
+    ) -> None:
+        self.target = target
+        self.level = level
+        self.compressed = compressed
+        self.frame_bytes = frame_bytes
+        self._pending: list[bytes] = []
+        self._size = 0
+
+    def write(self, line: bytes) -> None:
+        if not self.compressed:
+            self.target.write(line)
+            return
+        self._pending.append(line)
+        self._size += len(line)
+        if self._size >= self.frame_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self.target.write(encode_frame(b"".join(self._pending), self.level))
+            self._pending.clear()
+            self._size = 0
