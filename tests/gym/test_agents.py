@@ -105,6 +105,34 @@ async def test_run_every_example_line(stub_stack: GymStack, stub: StubModel) -> 
     assert 0 < sum(rewards) < len(lines)
 
 
+async def _example_rewards(model: str, capture_dir: Path) -> list[float]:
+    """The reward of each shipped example line, answered by the fake upstream as ``model``."""
+    rewards = []
+    async with (
+        FakeUpstream() as upstream,
+        gym_stack(upstream.url, capture_dir, model_name=model) as stack,
+    ):
+        for index, line in enumerate(example_data_path("mcqa").read_bytes().splitlines()):
+            run = {**orjson.loads(line), "_ng_task_index": index, "_ng_rollout_index": 0}
+            status, result = await stack.post(stack.agent_url + "/run", run)
+            assert status == 200, result
+            # The answer is one option letter, which the grader reads as it is.
+            [message] = result["response"]["output"]
+            assert message["content"][0]["text"] == result["extracted_answer"]
+            rewards.append(result["reward"])
+    return rewards
+
+
+async def test_choice_models_grade_the_example_lines_apart(tmp_path: Path) -> None:
+    """Two seeds of the fake's ``choice`` are two runs to compare: each gets some tasks right and
+    some wrong, and they differ on some task."""
+    first = await _example_rewards("choice-1", tmp_path / "first")
+    second = await _example_rewards("choice-2", tmp_path / "second")
+    assert 0 < sum(first) < len(first)
+    assert 0 < sum(second) < len(second)
+    assert first != second
+
+
 # -- the self-call route
 
 

@@ -27,7 +27,7 @@ __all__ = [
 
 
 PROMPT = "What is the capital of France? Answer in one short sentence, please."
-COMPLETING = ("text", "tool", "tool_turns", "reasoning", "incomplete")
+COMPLETING = ("text", "tool", "tool_turns", "reasoning", "incomplete", "choice")
 TERMINAL_OUTCOME = {
     ("responses", "incomplete"): StreamOutcome.INCOMPLETE,
 }

@@ -47,6 +47,7 @@ def test_header_names_and_scenarios() -> None:
         "tool_turns",
         "reasoning",
         "incomplete",
+        "choice",
         "malformed_json",
         "truncate",
         "stream_error",

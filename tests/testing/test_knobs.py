@@ -6,7 +6,7 @@ import pytest
 
 from rollcap.dialects import reassemble
 from rollcap.testing import SCENARIOS
-from rollcap.testing._knobs import DIALECTS, KnobError, read_knobs
+from rollcap.testing._knobs import DIALECTS, MAX_CHOICE_SEED, KnobError, choice_seed, read_knobs
 from tests.testing._support import (
     decode,
     json_of,
@@ -55,6 +55,21 @@ def test_scenario_comes_from_header_then_model_then_default() -> None:
     assert read_knobs({}, {"model": "http_418"}).scenario == "http_418"
 
 
+def test_choice_takes_its_seed_from_the_name() -> None:
+    knobs = read_knobs({}, {"model": "choice"})
+    assert (knobs.scenario, knobs.seed) == ("choice", 0)
+    knobs = read_knobs({}, {"model": "choice-7"})
+    assert (knobs.scenario, knobs.seed) == ("choice", 7)
+    knobs = read_knobs({"x-fake-scenario": f"choice-{MAX_CHOICE_SEED}"}, {"model": "choice-7"})
+    assert (knobs.scenario, knobs.seed) == ("choice", 2**31)
+    assert read_knobs({"x-fake-scenario": "choice-0"}, {}) == read_knobs({}, {"model": "choice"})
+    assert choice_seed("choice-12") == 12
+    for name in ("choice-x", "choice-", "choice--1", "choice-2147483649", "choice-\uff11", "chose"):
+        assert choice_seed(name) is None, name
+        # As a model name it names no scenario: an ordinary model, answered with text.
+        assert read_knobs({}, {"model": name}) == read_knobs({}, {})
+
+
 def test_delays_are_read_in_milliseconds() -> None:
     knobs = read_knobs({"x-fake-delay-ms": "250", "x-fake-chunk-delay-ms": "1.5"}, {})
     assert knobs.delay_s == 0.25
@@ -72,6 +87,9 @@ def test_tool_turns_default_to_two_and_take_zero() -> None:
     [
         ("x-fake-scenario", "nope"),
         ("x-fake-scenario", "http_200"),
+        ("x-fake-scenario", "choice-x"),
+        ("x-fake-scenario", "choice-2147483649"),
+        ("x-fake-scenario", "choice-99999999999"),
         ("x-fake-events", "-1"),
         ("x-fake-events", "many"),
         ("x-fake-events", "1000001"),

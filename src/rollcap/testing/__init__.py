@@ -17,6 +17,11 @@ a scenario name, else ``text``:
 
 - ``text``: a short sentence. ``x-fake-events: N``: N text deltas (N words) when streamed;
   ``x-fake-content-bytes: N``: about N bytes of text.
+- ``choice``, ``choice-<seed>`` (seed 0 to 2**31; ``choice`` is 0): deterministic
+  multiple-choice answers that differ by seed, so that two evaluation runs of a benchmark differ.
+  The answer is one option letter (``B``), chosen by sha256 of the seed and the text of the last
+  user message (with text) from the letters that its lines ``A) ...``, ``B) ...`` list; the same
+  seed answers a prompt alike every time. A prompt that lists no option gets the ``text`` answer.
 - ``tool``: a call to the request's first tool (else ``lookup``), arguments sampled from its
   schema, split over several deltas when streamed.
 - ``tool_turns``: a multi-turn tool conversation. While the request sends back fewer tool results

@@ -26,9 +26,11 @@ __all__ = [
     "HEADER_EVENTS",
     "HEADER_SCENARIO",
     "HEADER_TOOL_TURNS",
+    "MAX_CHOICE_SEED",
     "SCENARIOS",
     "KnobError",
     "Knobs",
+    "choice_seed",
     "http_status",
     "read_knobs",
 ]
@@ -47,12 +49,15 @@ HEADER_TOOL_TURNS: Final = "x-fake-tool-turns"
 DEFAULT_TOOL_TURNS: Final = 2
 
 # Scenarios that complete (their stream ends with the dialect's terminal event).
-_COMPLETING = ("text", "tool", "tool_turns", "reasoning", "incomplete")
+_COMPLETING = ("text", "tool", "tool_turns", "reasoning", "incomplete", "choice")
 _FAILING = ("malformed_json", "truncate", "stream_error", "hang", "disconnect", "endless")
 _HTTP_ERRORS = ("http_400", "http_401", "http_404", "http_429", "http_500", "http_503")
 _REFUSING = ("context_length",)
 SCENARIOS: Final = _COMPLETING + _FAILING + _HTTP_ERRORS + _REFUSING
-"""The named scenarios. Besides these, ``http_<status>`` answers any status from 400 to 599."""
+"""The named scenarios. Besides these, ``http_<status>`` answers any status from 400 to 599 and
+``choice-<seed>`` is ``choice`` with that seed (0 to ``MAX_CHOICE_SEED``)."""
+
+MAX_CHOICE_SEED: Final = 2**31
 
 # Upper bounds on the knobs, so that a typo cannot make the fake build gigabytes.
 _MAX_EVENTS = 1_000_000
@@ -66,7 +71,10 @@ class KnobError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Knobs:
-    """What the request asks of the fake, read from its ``x-fake-*`` headers and its model."""
+    """What the request asks of the fake, read from its ``x-fake-*`` headers and its model.
+
+    ``seed``: the seed of ``choice-<seed>``, whose ``scenario`` is then ``choice`` (0 otherwise).
+    """
 
     scenario: str = "text"
     events: int | None = None
@@ -75,6 +83,7 @@ class Knobs:
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0
     tool_turns: int = DEFAULT_TOOL_TURNS
+    seed: int = 0
 
 
 def http_status(scenario: str) -> int | None:
@@ -82,8 +91,18 @@ def http_status(scenario: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def choice_seed(scenario: str) -> int | None:
+    """The seed ``choice-<seed>`` names (``choice``: 0), else ``None``, also when out of range."""
+    # At most 10 digits: 2**31 has 10, and a longer run of digits is never parsed.
+    match = re.fullmatch(r"choice(?:-([0-9]{1,10}))?", scenario)
+    if match is None:
+        return None
+    seed = int(match.group(1) or 0)
+    return seed if seed <= MAX_CHOICE_SEED else None
+
+
 def _is_scenario(name: str) -> bool:
-    return name in SCENARIOS or http_status(name) is not None
+    return name in SCENARIOS or http_status(name) is not None or choice_seed(name) is not None
 
 
 def _count(headers: Mapping[str, str], name: str, limit: int) -> int | None:
@@ -120,18 +139,20 @@ def read_knobs(headers: Mapping[str, str], body: Mapping[str, Any]) -> Knobs:
         if not _is_scenario(scenario):
             raise KnobError(
                 f"unknown {HEADER_SCENARIO} {scenario!r}: expected one of "
-                f"{', '.join(SCENARIOS)} or http_<status>"
+                f"{', '.join(SCENARIOS)}, http_<status> or choice-<seed>"
             )
     else:
         model = as_str(body.get("model"))
         scenario = model if model is not None and _is_scenario(model) else "text"
     tool_turns = _count(headers, HEADER_TOOL_TURNS, _MAX_EVENTS)
+    seed = choice_seed(scenario)
     return Knobs(
-        scenario=scenario,
+        scenario="choice" if seed is not None else scenario,
         events=_count(headers, HEADER_EVENTS, _MAX_EVENTS),
         content_bytes=_count(headers, HEADER_CONTENT_BYTES, _MAX_BYTES),
         cached_tokens=_count(headers, HEADER_CACHED_TOKENS, _MAX_BYTES),
         delay_s=_delay(headers, HEADER_DELAY_MS),
         chunk_delay_s=_delay(headers, HEADER_CHUNK_DELAY_MS),
         tool_turns=DEFAULT_TOOL_TURNS if tool_turns is None else tool_turns,
+        seed=seed or 0,
     )

@@ -37,6 +37,8 @@ __all__ = [
     "PlannedUsage",
     "TokenPlan",
     "ToolPlan",
+    "choice_letter",
+    "last_user_text",
     "plan_answer",
     "tool_results",
 ]
@@ -49,6 +51,7 @@ _FILLER = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hot
 _TOOL_PIECE_CHARS = 12
 _DEFAULT_TOOL = "lookup"
 _SKIPPED_TEXT_KEYS = frozenset({"role", "type"})
+_OPTION_LINE = re.compile(r"^\s*([A-Z])\)", re.MULTILINE)
 
 
 class Finish(enum.Enum):
@@ -213,6 +216,48 @@ def tool_results(dialect: str, body: Mapping[str, Any]) -> int:
     )
 
 
+def _content_text(content: object) -> str:
+    """A message's text: its string content, or its parts' ``text`` strings, one a line."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = [as_str(as_dict(part).get("text")) for part in content]
+    return "\n".join(text for text in texts if text)
+
+
+def last_user_text(dialect: str, body: Mapping[str, Any]) -> str:
+    """The text of the request's last user message that has any text, else ``""``.
+
+    Responses: a string ``input`` is that message. A user message that carries only Anthropic
+    ``tool_result`` blocks has no text and is passed over, as the other dialects' tool results
+    are no user messages at all.
+    """
+    key = "input" if dialect == "responses" else "messages"
+    messages = body.get(key)
+    if isinstance(messages, str):
+        return messages if dialect == "responses" else ""
+    for raw in reversed(messages if isinstance(messages, list) else []):
+        message = as_dict(raw)
+        if message.get("role") == "user" and (text := _content_text(message.get("content"))):
+            return text
+    return ""
+
+
+def choice_letter(seed: int, text: str) -> str | None:
+    """The option ``choice`` answers ``text`` with, for ``seed``; ``None`` when it lists none.
+
+    The options are the letters of the lines that start with ``A)``, ``B)``, ... (after blanks),
+    in order, each once; the pick is sha256 of the seed and the text, so one seed answers one
+    prompt alike on every run, and another seed may answer it otherwise.
+    """
+    letters: list[str] = list(dict.fromkeys(_OPTION_LINE.findall(text)))
+    if not letters:
+        return None
+    digest = hashlib.sha256(f"{seed}\n{text}".encode()).digest()
+    return letters[int.from_bytes(digest[:8], "big") % len(letters)]
+
+
 def _sample_value(schema: Mapping[str, Any], name: str) -> Any:
     enum_values = schema.get("enum")
     if isinstance(enum_values, list) and enum_values:
@@ -266,6 +311,10 @@ def plan_answer(dialect: str, body: Mapping[str, Any], knobs: Knobs) -> Plan:
         text, text_pieces, finish = None, (), Finish.TOOL
     elif knobs.scenario == "reasoning":
         reasoning, reasoning_pieces = _REASONING_TEXT, _word_pieces(_REASONING_TEXT)
+    elif knobs.scenario == "choice":
+        letter = choice_letter(knobs.seed, last_user_text(dialect, body))
+        if letter is not None:  # else the text answer, knobs and all
+            text, text_pieces = letter, (letter,)
     elif knobs.scenario == "incomplete":
         text_pieces = text_pieces[: (len(text_pieces) + 1) // 2]
         text, finish = "".join(text_pieces), Finish.LENGTH
