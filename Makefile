@@ -59,7 +59,7 @@ tmux:
 
 # The screenshots the README links to, taken again by the report's browser tests.
 screenshots: $(STAMP) browser
-	ROLLCAP_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q -W error tests/report/test_browser_transcript.py
+	ROLLCAP_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q -W error tests/report/test_browser_transcript.py tests/compare/test_browser_page.py
 
 # The real harnesses (tests/harness): Claude Code and Codex CLI at the versions pinned in
 # tests/harness/package.json, from the npm registry into .harness/. Without node and npm their

@@ -70,6 +70,11 @@ PURE = {
     "rollcap._json",
     "rollcap.affinity",
     "rollcap.attachment",  # reads through the store it is handed, imports none
+    "rollcap.compare._compare",
+    "rollcap.compare._lines",
+    "rollcap.compare._model",
+    "rollcap.compare._stats",  # scipy and statsmodels compute; they read and write nothing
+    "rollcap.compare._text",
     "rollcap.conversation",
     "rollcap.ids",
     "rollcap.metrics",
@@ -149,11 +154,14 @@ PURE_MAY_IMPORT = frozenset(
         "itertools",
         "json",
         "math",
+        "numpy",
         "operator",
         "orjson",
         "pydantic",  # the evidence models: validation is computation on values
         "re",
+        "scipy",
         "statistics",
+        "statsmodels",
         "string",
         "struct",
         "sys",
@@ -223,7 +231,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rollcap.report",
         ),
     ),
-    ("the evaluation workflow", ("rollcap.workflow", "rollcap.cluster")),
+    ("the evaluation workflow", ("rollcap.workflow", "rollcap.cluster", "rollcap.compare")),
     ("entry points and the public API", ("rollcap.cli", "rollcap.demo", "rollcap")),
 ]
 

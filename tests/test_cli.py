@@ -83,6 +83,7 @@ MISSING_INPUTS = [
     ("report", ["{missing}"], "{missing}: no such directory"),
     ("report", ["{capture}", "--rollouts", "{missing}"], "{missing}: no such rollouts file"),
     ("report", ["{capture}", "-o", "{missing}/r.html"], "{missing}: no such directory for the"),
+    ("report", ["{capture}", "--compare", "{missing}"], "{missing}: no such file or directory"),
     ("view", ["{missing}"], "{missing}: no such directory"),
     ("view", ["{capture}", "--staging", "{missing}"], "{missing}: no such staging directory"),
 ]

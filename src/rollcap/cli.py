@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -224,6 +225,14 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--interval", type=float, default=1.0, metavar="S", help="seconds between redraws"
     )
+    report.add_argument(
+        "--compare",
+        metavar="B",
+        help="compare this run (A) with run B: the summary, the tasks by change, each task's "
+        "rollouts side by side (B: as `rollcap compare` takes it)",
+    )
+    _compare_arguments(report)
+    _compare_command(commands)
     view = capture_commands.add_parser(
         "view", help="serve the same page live (new rollouts appear) until Ctrl-C"
     )
@@ -235,6 +244,88 @@ def _parser() -> argparse.ArgumentParser:
         "the live panel's run status (default: the status file beside --rollouts, if any)",
     )
     return parser
+
+
+def _margin(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def _resamples(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 10_000_000:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to 10000000, got {text!r}")
+    return int(text)
+
+
+def _compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--key`` and ``--cluster``: how tasks are matched and grouped (also the report's)."""
+    parser.add_argument(
+        "--key",
+        metavar="FIELD",
+        help="the line field (dotted: a.b) that names a task in both runs "
+        "(default: responses_create_params.input, the task's input)",
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="FIELD",
+        help="the line field whose value groups tasks that share a context: "
+        "cluster-robust standard errors",
+    )
+
+
+def _compare_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "compare",
+        help="compare two runs task by task: what got better, what got worse, whether it is real",
+    )
+    for name in ("a", "b"):
+        parser.add_argument(
+            name,
+            metavar=name.upper(),
+            help="an output file, a job directory, a capture directory or eval submit's job_dir",
+        )
+    _compare_arguments(parser)
+    parser.add_argument(
+        "--fail-if-worse",
+        type=_margin,
+        metavar="D",
+        help="exit 1 when the 95%% interval's upper bound of B - A (mean reward) is below -D",
+    )
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
+    parser.add_argument(
+        "--resamples", type=_resamples, default=None, help="the bootstrap's resamples (10000)"
+    )
+
+
+def _compare(args: argparse.Namespace) -> int:
+    # Here: the comparison loads the evidence models, which the CLI does not load to start.
+    from rollcap.compare import DEFAULT_RESAMPLES, CompareUnavailable, compare_runs
+
+    try:
+        comparison = compare_runs(
+            args.a,
+            args.b,
+            key=args.key,
+            cluster=args.cluster,
+            fail_if_worse=args.fail_if_worse,
+            seed=args.seed,
+            resamples=args.resamples or DEFAULT_RESAMPLES,
+        )
+    except CompareUnavailable as exc:
+        print(f"rollcap: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(comparison.data, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(comparison.text())
+    # 1, as a runtime failure: a CI step that gates on it fails the same way.
+    return EXIT_FAILURE if comparison.failed else EXIT_OK
 
 
 def _status_source_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -414,9 +505,41 @@ def _capture_export_otel(args: argparse.Namespace) -> int:
     return run_export_otel(args)
 
 
+def _capture_compare_report(args: argparse.Namespace) -> int:
+    from rollcap.compare import CompareUnavailable, compare_runs, write_compare_report
+    from rollcap.report import DEFAULT_PAYLOAD_BUDGET
+
+    for option in ("rollouts", "staging", "ledger"):
+        if getattr(args, option) is not None:
+            raise ValueError(
+                f"--{option} is not taken with --compare: each run is found by its path"
+            )
+    if not args.output.parent.is_dir():
+        raise FileNotFoundError(f"{args.output.parent}: no such directory for the report (-o)")
+    try:
+        comparison = compare_runs(args.directory, args.compare, key=args.key, cluster=args.cluster)
+    except CompareUnavailable as exc:
+        print(f"rollcap: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    budget = DEFAULT_PAYLOAD_BUDGET if args.payload_budget is None else args.payload_budget
+    stats = write_compare_report(comparison, args.output, payload_budget=budget)
+    matched = comparison.data["overall"]["tasks"]["matched"]
+    print(
+        f"wrote {args.output} ({stats.size / 1e6:.2f} MB): {matched} tasks matched, "
+        f"A {args.directory} against B {args.compare}"
+    )
+    if stats.payloads_left_out:
+        print(f"over the payload budget: the payloads of {stats.payloads_left_out} rollouts")
+    return EXIT_OK
+
+
 def _capture_report(args: argparse.Namespace) -> int:
     from rollcap.report import DEFAULT_PAYLOAD_BUDGET, find_run, write_report
 
+    if args.compare is not None:
+        return _capture_compare_report(args)
+    if args.key is not None or args.cluster is not None:
+        raise ValueError("--key and --cluster are taken with --compare only")
     run = find_run(args.directory, rollouts=args.rollouts, staging=args.staging, ledger=args.ledger)
     if not args.output.parent.is_dir():
         # Said before the page is built; writing would name its temporary file instead.
@@ -706,6 +829,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _capture_view(args)
         if args.command == "status":
             return _status(args)
+        if args.command == "compare":
+            return _compare(args)
     except (ConfigError, ValueError, CaptureReadError) as exc:
         print(f"rollcap: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -30,7 +30,14 @@ from rollcap.report._source import (
 )
 from rollcap.store import CaptureStore
 
-__all__ = ["PageAssets", "ReportStats", "build_report", "load_assets", "write_report"]
+__all__ = [
+    "PageAssets",
+    "ReportStats",
+    "build_report",
+    "load_assets",
+    "write_page",
+    "write_report",
+]
 
 _ASSET_FILES = {"html": "report.html", "css": "report.css", "js": "report.js"}
 
@@ -144,8 +151,15 @@ def write_report(
 ) -> ReportStats:
     """Build the report and write it to ``output`` whole (a reader never sees half a file)."""
     page, stats = build_report(run, payload_budget=payload_budget)
+    write_page(page, output)
+    return stats
+
+
+def write_page(page: str, output: str | os.PathLike[str]) -> None:
+    """Write ``page`` to ``output`` whole, mode 0600: a temporary file beside it, renamed over
+    it, so that a reader never sees half a page and a failed write leaves no temporary."""
     target = Path(output)
-    # Private (0600) like the capture files: it holds their prompts and answers.
+    # Private (mkstemp's 0600) like the capture files: a page holds their prompts and answers.
     fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -154,4 +168,3 @@ def write_report(
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    return stats

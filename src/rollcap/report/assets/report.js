@@ -5,11 +5,13 @@
 (() => {
   const DATA = JSON.parse(document.getElementById("rollcap-data").textContent);
   const SERVED = DATA.mode === "served";
+  // Two runs compared task by task (rollcap.compare): the same helpers, other pages.
+  const COMPARE = DATA.mode === "compare";
   const PAGE_ROWS = 500;
   const MAX_BARS = 2000;
   const MAX_TOKENS = 20000;
   const POLL_MS = 2000;
-  const VIEW_HINT = "open with rollcap capture view";
+  const VIEW_HINT = COMPARE ? "raise the payload budget, or open that run with rollcap capture view" : "open with rollcap capture view";
 
   const state = {
     summary: null, rows: [], callStart: [], rowById: new Map(), groupByTask: new Map(),
@@ -108,14 +110,14 @@
     return response.json();
   }
 
-  function useSummary(summary) {
-    state.summary = summary;
+  // A summary's rollout rows, each call's place in its call columns, and its task groups.
+  function indexSummary(summary) {
     const cols = summary.rollouts;
     const n = cols.id.length;
     const rows = new Array(n);
     const starts = new Array(n);
+    const rowById = new Map();
     let offset = 0;
-    state.rowById = new Map();
     for (let i = 0; i < n; i++) {
       const row = { index: i };
       for (const key of Object.keys(cols)) row[key] = cols[key][i];
@@ -123,24 +125,26 @@
       rows[i] = row;
       starts[i] = offset;
       offset += row.calls;
-      state.rowById.set(row.id, row);
+      rowById.set(row.id, row);
     }
-    state.rows = rows;
-    state.callStart = starts;
-    state.groupByTask = new Map(summary.groups.map((g) => [g.task, g]));
+    return { summary: summary, rows: rows, callStart: starts, rowById: rowById, groupByTask: new Map(summary.groups.map((g) => [g.task, g])) };
   }
+  function useSummary(summary) { Object.assign(state, indexSummary(summary)); }
+  // The run a row belongs to: the report's, or in compare mode its side's.
+  function runOf(row) { return row.side ? cmp.sides[row.side] : state; }
 
   function callsOf(row) {
-    const c = state.summary.calls;
-    const first = state.callStart[row.index];
+    const run = runOf(row);
+    const c = run.summary.calls;
+    const first = run.callStart[row.index];
     const out = [];
     for (let k = 0; k < row.calls; k++) {
       const j = first + k;
       out.push({
         pos: k, start: c.start[j], latency: c.latency[j], ttft: c.ttft[j], stream: c.stream[j] === 1,
         tin: c.tin[j], tout: c.tout[j], treason: c.treason[j], cached: c.cached[j], status: c.status[j],
-        err: c.err[j] === null ? null : state.summary.tables.err[c.err[j]],
-        finish: c.finish[j] === null ? null : state.summary.tables.finish[c.finish[j]],
+        err: c.err[j] === null ? null : run.summary.tables.err[c.err[j]],
+        finish: c.finish[j] === null ? null : run.summary.tables.finish[c.finish[j]],
         tools: c.tools[j], gaps: c.gaps[j],
       });
     }
@@ -148,11 +152,13 @@
   }
 
   // A rollout's payload (every call's delta and answer), tokens or raw texts, decoded once.
-  async function blob(kind, rolloutId) {
-    const key = kind + "/" + rolloutId;
+  // In compare mode a side's blobs are its own, keyed by slot: rollout ids repeat across runs.
+  async function blob(kind, rolloutId, side) {
+    const key = (side ? side + ":" : "") + kind + "/" + rolloutId;
     if (state.cache.has(key)) return state.cache.get(key);
     let value = null;
-    const packed = DATA[kind] && DATA[kind][rolloutId];
+    const store = side ? DATA.sides[side] : DATA;
+    const packed = store[kind] && store[kind][rolloutId];
     if (packed) value = await inflate(packed);
     else if (SERVED) {
       const path = "api/rollout/" + encodeURIComponent(rolloutId) + (kind === "payloads" ? "" : "/" + kind);
@@ -355,6 +361,13 @@
   }
   function link(path) { return "#/" + path + filterQuery(); }
   function rolloutLink(id, pos) { return link("r/" + encodeURIComponent(id) + (pos === undefined || pos === null ? "" : "/" + pos)); }
+  // A row's page, or with `pos` its call's: the report's rollout page; in compare mode the
+  // page of the row's task (both runs' rollouts), and the call under it.
+  function rowLink(row, pos) {
+    if (!row.side) return rolloutLink(row.id, pos);
+    const call = pos === undefined || pos === null ? "" : "/" + row.side + "/" + row.n + "/" + pos;
+    return cmpLink("t/" + encodeURIComponent(row.taskId) + call);
+  }
   function idLink(id, pos, attrs) { return h("a", Object.assign({ href: rolloutLink(id, pos), class: "rid" }, attrs || {}), pos === undefined || pos === null ? id : id + " call #" + pos); }
   function parseHash() {
     const raw = location.hash.replace(/^#\/?/, "");
@@ -634,7 +647,7 @@
       const c = lane.call;
       const start = c.start || 0;
       const g = s("g", { class: "bar" + (c.pos === picked ? " picked" : ""), "data-call": c.pos, "data-stream": c.stream ? "1" : "0",
-        onclick: () => go(rolloutLink(row.id, c.pos)) });
+        onclick: () => go(rowLink(row, c.pos)) });
       g.appendChild(s("rect", { class: "hit", x: 0, y: y, width: width, height: bar }));
       g.appendChild(s("text", { x: 4, y: y + 10, class: c.stream ? "stream" : null }, "#" + c.pos + (c.stream ? " ≋" : "")));
       g.appendChild(s("rect", { class: "call" + (c.err ? " error" : ""), x: x(start), y: y + 2, height: bar - 4,
@@ -705,7 +718,8 @@
 
   // The task's input, the expected answer, the final answer, the verifier's fields and the
   // reward, from the rollout's line.
-  function factsHeader(row, payload) {
+  // `withInput` false leaves the task's input out (a page that shows it once for several).
+  function factsHeader(row, payload, withInput = true) {
     const f = payload && payload.facts;
     const box = h("section", { class: "detail", id: "rollout-header" });
     if (!f) {
@@ -716,7 +730,7 @@
     const expected = f.expected ? h("span", { id: "expected-answer" }, h("code", null, typeof f.expected.value === "string" ? f.expected.value : JSON.stringify(f.expected.value)), h("span", { class: "muted" }, " (the line's " + f.expected.field + ")")) : h("span", { class: "muted", id: "expected-answer" }, "none found in the line");
     const verifier = Object.entries(f.verifier || {});
     box.appendChild(kv([
-      ["input", input],
+      withInput ? ["input", input] : null,
       ["expected answer", expected],
       ["final answer", f.answer === null || f.answer === undefined ? h("span", { class: "muted", id: "final-answer" }, "no text") : h("pre", { class: "text", id: "final-answer" }, f.answer)],
       ["verifier", verifier.length ? h("span", { id: "verifier" }, verifier.map(([k, v]) => h("span", { class: "field", "data-field": k }, h("b", null, k), " ", h("code", null, JSON.stringify(v))))) : dash],
@@ -737,7 +751,7 @@
       const t = calls[i] || {};
       const turn = h("div", { class: "turn", id: "turn-" + i, "data-call": i });
       const facts = ["tokens in " + num(c.usage.tokens_in) + " · out " + num(c.usage.tokens_out), ms(t.latency), c.stream ? "TTFT " + ms(t.ttft) : "not streamed"];
-      turn.appendChild(h("h4", null, h("a", { href: rolloutLink(row.id, i), class: "open-call" }, "turn " + (i + 1) + "/" + total + " · call #" + i), " ", callBadges(c), " ", h("span", { class: "muted" }, facts.join(" · "))));
+      turn.appendChild(h("h4", null, h("a", { href: rowLink(row, i), class: "open-call" }, "turn " + (i + 1) + "/" + total + " · call #" + i), " ", callBadges(c), " ", h("span", { class: "muted" }, facts.join(" · "))));
       if (c.retry !== undefined) turn.appendChild(h("p", { class: "marker retry" }, "failed" + (c.status_code ? " with HTTP " + c.status_code : "") + (c.error_category ? " (" + c.error_category + ")" : "") + "; retried with the same request as call #" + c.retry));
       if (c.retry_of !== undefined) turn.appendChild(h("p", { class: "muted" }, "the same request as call #" + c.retry_of + ", which failed"));
       const added = c.new.filter((m) => !(m && m.role === "tool" && paired.has(m.tool_call_id)));
@@ -787,9 +801,9 @@
     const memo = new Map();
     const whole = conversation(payload, pos, memo);
     const box = h("section", { class: "detail", id: "call-detail", "data-call": pos });
-    const link = (i) => h("a", { href: rolloutLink(row.id, i) }, "#" + i);
+    const link = (i) => h("a", { href: rowLink(row, i) }, "#" + i);
     const usage = call.usage;
-    box.appendChild(h("p", null, h("a", { href: rolloutLink(row.id), id: "back-to-transcript" }, "← the whole transcript")));
+    box.appendChild(h("p", null, h("a", { href: rowLink(row), id: "back-to-transcript" }, "← the whole transcript")));
     box.appendChild(h("h3", null, "Call #" + pos + " ", callBadges(call)));
     if (call.retry !== undefined) box.appendChild(h("p", { class: "marker retry" }, "this call failed and was retried with the same request as call ", link(call.retry)));
     if (call.retry_of !== undefined) box.appendChild(h("p", { class: "muted" }, "the same request as call ", link(call.retry_of), ", which failed"));
@@ -850,7 +864,7 @@
         if (!details.open || rawBox.childNodes.length) return;
         let raw = null;
         if (SERVED) raw = await api("api/rollout/" + encodeURIComponent(row.id) + "/call/" + pos + "/raw");
-        else { const all = await blob("raw", row.id); raw = all && all[String(pos)]; }
+        else { const all = await blob("raw", row.slot || row.id, row.side); raw = all && all[String(pos)]; }
         if (!raw) { rawBox.appendChild(leftOutNote("This call's raw texts")); return; }
         if (raw.response_raw) rawBox.appendChild(h("div", null, h("p", null, "response as received"), h("pre", null, raw.response_raw)));
         if (raw.request_raw) rawBox.appendChild(h("div", null, h("p", null, "request as received"), h("pre", null, raw.request_raw)));
@@ -1086,6 +1100,273 @@
     }
   }
 
+  // --- compare mode: two runs task by task -----------------------------------------------------
+  // DATA (rollcap.compare._page): the comparison document, and for each side ("a", "b") the
+  // matched tasks' rollouts (`rollouts`: task id -> entries), their rows and calls in the
+  // report's summary form, and the payloads that fit the budget, keyed by slot ("<task>/<n>").
+  const cmp = { doc: null, sides: {}, byTask: new Map(), benchOf: new Map(), show: "all", page: 0 };
+  const SIDE_NAMES = { a: "A", b: "B" };
+  const SHOWS = [["all", "all tasks"], ["worse", "worse in B"], ["better", "better in B"], ["unchanged", "unchanged"]];
+  // Each metric's title and decimals, as `rollcap compare` prints them.
+  const METRIC_ROWS = [["reward", "reward", 3], ["tokens", "tokens/rollout", 0], ["calls", "calls/rollout", 2],
+    ["latency_ms", "latency ms", 0], ["error", "error rate", 3], ["gap", "gap rate", 3]];
+  const TEST_NAMES = { mcnemar_exact: "McNemar's exact test", paired_bootstrap: "paired bootstrap" };
+
+  function cmpLink(path) { return "#/" + path + (cmp.show !== "all" ? "?show=" + cmp.show : ""); }
+  // A number with `digits` decimals and thousands commas, signed when asked (Python's ",.3f"
+  // and "+,.3f", so that the page reads as the printed comparison does).
+  function fixed(v, digits, signed) {
+    if (v === null || v === undefined) return dash;
+    const text = Math.abs(v).toFixed(digits).replace(/^\d+/, (i) => i.replace(/\B(?=(\d{3})+(?!\d))/g, ","));
+    return (v < 0 || Object.is(v, -0) ? "-" : signed ? "+" : "") + text;
+  }
+  function pValue(p) { return String(Number(p.toPrecision(4))); }
+  function kindOf(change) {
+    const c = change.change;
+    return c === null ? "unknown" : c < 0 ? "worse" : c > 0 ? "better" : "unchanged";
+  }
+  function cmpListed() {
+    return cmp.doc.overall.changes.filter((c) => cmp.show === "all" || kindOf(c) === cmp.show);
+  }
+
+  function meanCell(figure, digits) {
+    if (!figure) return dash;
+    return fixed(figure.mean, digits) + (figure.ci ? " [" + fixed(figure.ci[0], digits) + ", " + fixed(figure.ci[1], digits) + "]" : "");
+  }
+  function diffCell(figure, digits) {
+    if (!figure) return dash;
+    let text = fixed(figure.mean, digits, true);
+    if (figure.se !== null) text += " (se " + fixed(figure.se, Math.max(digits, 1) + 1) + ")";
+    if (figure.ci) text += " [" + fixed(figure.ci[0], digits, true) + ", " + fixed(figure.ci[1], digits, true) + "]";
+    if (figure.clusters !== null && figure.clusters !== undefined) text += " " + figure.clusters + " clusters";
+    return text;
+  }
+  function testLine(test) {
+    if (!test) return "no task with a reward in both runs";
+    const counted = test.name === "mcnemar_exact" ? test.a_only + " tasks solved by A only, " + test.b_only + " by B only"
+      : num(test.resamples) + " resamples, seed " + test.seed;
+    return [(TEST_NAMES[test.name] || test.name) + " (" + counted + "): p = ", h("b", { class: "p-value" }, pValue(test.p_value))];
+  }
+  function powerLine(section) {
+    const power = section.power;
+    if (power.tasks_needed === null) return "unknown (needs two tasks with a reward in both runs)";
+    return num(power.tasks_needed) + " tasks would detect a reward difference of " + power.delta + " with " + Math.round(power.power * 100) +
+      "% power (per-task difference sd " + fixed(power.sd, 3) + "; " + section.metrics.reward.tasks + " matched here)";
+  }
+  function cmpSection(section) {
+    const t = section.tasks;
+    const box = h("section", { class: "detail cmp-section", "data-section": section.name }, h("h3", null, section.name),
+      h("p", { class: "cmp-tasks" }, plural(t.matched, "task") + " matched · " + num(t.only_a) + " only in A · " + num(t.only_b) + " only in B"));
+    if (!t.matched) return box;
+    box.appendChild(h("table", { class: "cmp-metrics" },
+      h("thead", null, h("tr", null, ["", "A (95% CI)", "B (95% CI)", "B − A (se) [95% CI]", "tasks"].map((title, i) => h("th", { class: i ? "num" : null }, title)))),
+      h("tbody", null, METRIC_ROWS.map(([metric, title, digits]) => {
+        const figure = section.metrics[metric];
+        return h("tr", { "data-metric": metric }, h("th", null, title),
+          h("td", { class: "num a" }, figure ? meanCell(figure.a, digits) : dash),
+          h("td", { class: "num b" }, figure ? meanCell(figure.b, digits) : dash),
+          h("td", { class: "num diff" }, figure ? diffCell(figure.diff, digits) : dash),
+          h("td", { class: "num" }, figure ? num(figure.tasks) : "0"));
+      }))));
+    box.appendChild(kv([
+      ["paired test", h("span", { class: "cmp-test" }, testLine(section.test))],
+      ["flips", h("span", { class: "cmp-flips" }, plural(section.flips.better, "task") + " better in B, " + num(section.flips.worse) + " worse")],
+      ["power", h("span", { class: "cmp-power" }, powerLine(section))],
+    ]));
+    return box;
+  }
+  function verdictView(v) {
+    let text;
+    if (v.failed === null) text = "FAIL: no interval of the reward difference to gate on";
+    else text = (v.failed ? "FAIL" : "PASS") + ": the 95% interval's upper bound of B − A, " + fixed(v.upper, 4, true) + ", " + (v.failed ? "is below" : "is not below") + " -" + v.fail_if_worse;
+    return h("p", { class: "marker verdict " + (v.failed === false ? "pass" : "fail"), id: "verdict", "data-failed": String(v.failed) }, "verdict: " + text);
+  }
+  function sideLine(side) { return side.source + " (" + plural(side.rollouts, "rollout") + ", " + num(side.failed) + " failed)"; }
+  // The rollouts whose payloads the budget left out, named task by task, worst change first.
+  function leftOutList() {
+    const left = { a: new Set(DATA.budget.left_out.a), b: new Set(DATA.budget.left_out.b) };
+    let count = 0;
+    const items = [];
+    for (const change of cmp.doc.overall.changes) {
+      const named = [];
+      for (const side of ["a", "b"]) {
+        for (const entry of cmp.sides[side].rollouts[change.id] || []) {
+          if (!left[side].has(entry.slot)) continue;
+          named.push(h("span", { class: "left-out-rollout", "data-side": side, "data-slot": entry.slot }, SIDE_NAMES[side] + " " + (entry.id || entry.slot)));
+          count++;
+        }
+      }
+      if (named.length) items.push(h("li", { "data-task": change.id }, h("a", { href: cmpLink("t/" + encodeURIComponent(change.id)) }, change.label), ": ", joined(named, ", ")));
+    }
+    if (!items.length) return null;
+    return h("details", { class: "marker", id: "left-out", open: items.length <= 20 ? "" : null },
+      h("summary", null, plural(count, "rollout") + " of " + plural(items.length, "task") + " without a transcript: their payloads did not fit in this page's payload budget (" + num(DATA.budget.total) + " bytes); " + VIEW_HINT),
+      h("ul", null, items));
+  }
+  function taskTable() {
+    const wrap = h("div", { id: "task-list" });
+    const many = cmp.doc.benchmarks.length > 1;
+    const draw = () => {
+      const rows = cmpListed();
+      const pages = Math.max(1, Math.ceil(rows.length / PAGE_ROWS));
+      cmp.page = Math.min(cmp.page, pages - 1);
+      const shown = rows.slice(cmp.page * PAGE_ROWS, (cmp.page + 1) * PAGE_ROWS);
+      const heads = [["task", false], many ? ["benchmark", false] : null, ["A reward", true], ["B reward", true], ["B − A", true], ["rollouts A / B", true]].filter(Boolean);
+      const body = h("tbody", null, shown.map((c) => {
+        const kind = kindOf(c);
+        const href = cmpLink("t/" + encodeURIComponent(c.id));
+        return h("tr", { class: "cmp-task " + kind, "data-task": c.id, "data-kind": kind, onclick: (e) => { if (e.target.tagName !== "A") go(href); } },
+          h("td", { class: "label" }, h("a", { href: href }, c.label)),
+          many ? h("td", null, cmp.benchOf.get(c.id) || dash) : null,
+          h("td", { class: "num" }, num(c.a)), h("td", { class: "num" }, num(c.b)),
+          h("td", { class: "num change" }, c.change === null ? dash : fixed(c.change, 3, true)),
+          h("td", { class: "num" }, c.rollouts.a.length + " / " + c.rollouts.b.length));
+      }));
+      const pager = pages > 1 ? h("div", { class: "pager" },
+        h("button", { disabled: cmp.page === 0 ? "" : null, onclick: () => { cmp.page--; draw(); } }, "previous"),
+        " page " + (cmp.page + 1) + " of " + pages + " ",
+        h("button", { disabled: cmp.page >= pages - 1 ? "" : null, onclick: () => { cmp.page++; draw(); } }, "next")) : null;
+      fill(wrap, h("p", { class: "muted", id: "list-count" }, num(rows.length) + " of " + plural(cmp.doc.overall.changes.length, "matched task") + ", the worst change first"),
+        pager, h("table", { id: "tasks" }, h("thead", null, h("tr", null, heads.map(([t, n]) => h("th", { class: n ? "num" : null }, t)))), body));
+    };
+    const counts = {};
+    for (const c of cmp.doc.overall.changes) counts[kindOf(c)] = (counts[kindOf(c)] || 0) + 1;
+    const select = h("select", { id: "task-filter", onchange: (e) => { cmp.show = e.target.value; cmp.page = 0; history.replaceState(null, "", cmpLink("")); draw(); } },
+      SHOWS.map(([v, l]) => h("option", { value: v, selected: cmp.show === v ? "" : null }, l + " (" + num(v === "all" ? cmp.doc.overall.changes.length : counts[v] || 0) + ")")));
+    draw();
+    return [h("div", { class: "controls" }, "show ", select), wrap];
+  }
+  function cmpHome() {
+    const doc = cmp.doc;
+    const parts = [h("h2", null, "Comparison"), kv([
+      ["A", h("span", { id: "side-a" }, sideLine(doc.a))], ["B", h("span", { id: "side-b" }, sideLine(doc.b))],
+      ["tasks matched by", doc.key || "the task's input (responses_create_params.input)"],
+      doc.cluster ? ["standard errors", "clustered by " + doc.cluster] : null,
+    ])];
+    if (doc.verdict) parts.push(verdictView(doc.verdict));
+    const unmatched = doc.benchmarks_unmatched;
+    if (unmatched.a.length || unmatched.b.length) parts.push(h("p", { class: "marker", id: "benchmarks-unmatched" }, "benchmarks not in both runs: A only " + (unmatched.a.join(", ") || dash) + ", B only " + (unmatched.b.join(", ") || dash)));
+    const sections = doc.benchmarks.slice();
+    if (sections.length !== 1) sections.push(doc.overall);
+    parts.push(sections.map(cmpSection));
+    if (!doc.overall.tasks.matched) parts.push(h("p", { class: "marker" }, "no task is in both runs: name the field that identifies a task with --key"));
+    parts.push(leftOutList());
+    parts.push(h("h2", null, "Tasks"), taskTable());
+    show(parts);
+  }
+
+  // Two rollouts side by side repeat the report's element ids: each becomes a class instead.
+  function idsToClasses(el) {
+    for (const e of [el, ...el.querySelectorAll("[id]")]) if (e.id) { e.classList.add(e.id); e.removeAttribute("id"); }
+    return el;
+  }
+  function rewardTag(reward) { return reward === null ? tag("no reward", "gap") : tag("reward " + num(reward), reward > 0 ? "ok" : "err"); }
+  async function cmpRollout(side, entry) {
+    const f = entry.figures;
+    const box = h("section", { class: "detail cmp-rollout", "data-slot": entry.slot, "data-rollout": entry.id || "" },
+      h("h4", null, "rollout " + (entry.id || "(no id)") + " ", h("span", { class: "cmp-reward" }, rewardTag(f.reward)), entry.failed ? tag("failed", "err") : null),
+      h("p", { class: "muted cmp-figures" }, joined(["tokens " + num(f.tokens), "calls " + num(f.calls), "latency " + ms(f.latency_ms), f.error ? "had an error" : null, f.gap ? "has gaps" : null], " · ")));
+    if (entry.unread === "no_capture_dir") {
+      box.appendChild(h("p", { class: "marker no-capture" }, "the capture was not found: benchmark " + entry.benchmark + " of run " + SIDE_NAMES[side] + " was read without a capture directory (model-calls/); these are the rollouts file's figures"));
+      return box;
+    }
+    if (entry.row === null) {
+      box.appendChild(h("p", { class: "marker" }, "the rollouts file names no rollout id for it: its capture cannot be looked up"));
+      return box;
+    }
+    const row = entry.view;
+    const payload = await blob("payloads", entry.slot, side);
+    if (!payload) { box.appendChild(h("div", { class: "left-out" }, leftOutNote("This rollout's payloads"))); return box; }
+    for (const g of payload.gaps) box.appendChild(h("p", { class: "marker" }, g.code + (g.detail ? ": " + g.detail : "")));
+    box.appendChild(factsHeader(row, payload, false));
+    if (payload.calls.length) box.appendChild(transcript(row, payload, callsOf(row), toolRuns(row, payload)));
+    else box.appendChild(h("p", { class: "muted" }, "no call captured"));
+    return idsToClasses(box);
+  }
+  function taskNav(change) {
+    const listed = cmpListed();
+    const at = listed.indexOf(change);
+    const prev = at > 0 ? listed[at - 1] : null, next = at >= 0 && at + 1 < listed.length ? listed[at + 1] : null;
+    const to = (c) => cmpLink("t/" + encodeURIComponent(c.id));
+    return h("div", { class: "controls", id: "task-nav" },
+      prev ? h("a", { href: to(prev), id: "prev-task" }, "← worse") : h("span", { class: "muted" }, "← none"),
+      h("span", { class: "muted", id: "nav-position" }, at >= 0 ? (at + 1) + " of " + listed.length + " tasks" : "not in the filtered list"),
+      next ? h("a", { href: to(next), id: "next-task" }, "better →") : h("span", { class: "muted" }, "none →"),
+      h("a", { href: cmpLink(""), id: "to-tasks" }, "all tasks"));
+  }
+  async function cmpTaskPage(taskId) {
+    const change = cmp.byTask.get(taskId);
+    if (!change) { show(h("p", { class: "marker" }, "no task " + taskId + " in this comparison"), h("p", null, h("a", { href: cmpLink(""), id: "to-tasks" }, "all tasks"))); return; }
+    const kind = kindOf(change);
+    const index = change.task_index;
+    const input = h("div", { id: "task-input" });
+    const columns = h("div", { class: "cols", id: "sides" });
+    show(taskNav(change), h("h2", { id: "task-label" }, change.label),
+      kv([
+        ["benchmark", cmp.benchOf.get(taskId) || dash],
+        ["task index", "A " + num(index.a) + " · B " + num(index.b)],
+        ["reward", h("span", { id: "task-rewards" }, "A " + num(change.a) + " · B " + num(change.b))],
+        ["B − A", h("span", { id: "task-change", class: "tag " + (kind === "worse" ? "err" : kind === "better" ? "ok" : ""), "data-kind": kind }, change.change === null ? dash : fixed(change.change, 3, true))],
+        ["input", input],
+      ]), columns);
+    let shownInput = false;
+    for (const side of ["a", "b"]) {
+      const entries = cmp.sides[side].rollouts[taskId] || [];
+      const col = h("div", { class: "col cmp-side", "data-side": side },
+        h("h3", null, SIDE_NAMES[side] + " ", h("span", { class: "muted" }, cmp.doc[side].source + " · " + plural(entries.length, "rollout"))));
+      columns.appendChild(col);
+      for (const entry of entries) {
+        col.appendChild(await cmpRollout(side, entry));
+        if (!shownInput && entry.row !== null) {
+          const payload = await blob("payloads", entry.slot, side);
+          const messages = payload && payload.facts && payload.facts.input;
+          if (messages && messages.length) { fill(input, messages.map(messageView)); shownInput = true; }
+        }
+      }
+    }
+    if (!shownInput) fill(input, dash);
+  }
+  async function cmpCallPage(taskId, side, n, pos) {
+    const change = cmp.byTask.get(taskId);
+    const entries = cmp.sides[side] && cmp.sides[side].rollouts[taskId];
+    const entry = entries ? entries[n] : undefined;
+    const back = h("p", null, h("a", { href: cmpLink("t/" + encodeURIComponent(taskId)), id: "to-task" }, "← the task's two runs"), " · ", h("a", { href: cmpLink(""), id: "to-tasks" }, "all tasks"));
+    if (!change || !entry || !entry.view) { show(back, h("p", { class: "marker" }, "no such rollout in this comparison")); return; }
+    const payload = await blob("payloads", entry.slot, side);
+    const head = [back, h("h2", null, SIDE_NAMES[side] + " · rollout " + entry.id + " · call #" + pos), h("p", { class: "muted" }, change.label)];
+    if (!payload) { show(head, leftOutNote("This rollout's payloads")); return; }
+    if (!(pos >= 0 && pos < payload.calls.length)) { show(head, h("p", { class: "marker" }, "no call #" + pos + " in this rollout")); return; }
+    show(head, callDetail(entry.view, payload, pos));
+  }
+  async function cmpRender(parts, params) {
+    const wanted = params.get("show");
+    cmp.show = SHOWS.some(([v]) => v === wanted) ? wanted : "all";
+    if (parts[0] === "t" && parts[1]) {
+      if (parts[2] && parts[3] !== undefined && parts[4] !== undefined) await cmpCallPage(parts[1], parts[2], Number(parts[3]), Number(parts[4]));
+      else await cmpTaskPage(parts[1]);
+    } else cmpHome();
+  }
+  async function cmpStart() {
+    cmp.doc = await inflate(DATA.comparison);
+    for (const c of cmp.doc.overall.changes) cmp.byTask.set(c.id, c);
+    for (const section of cmp.doc.benchmarks) for (const c of section.changes) cmp.benchOf.set(c.id, section.name);
+    for (const side of ["a", "b"]) {
+      const packed = DATA.sides[side];
+      const run = indexSummary(await inflate(packed.summary));
+      run.rollouts = await inflate(packed.rollouts);
+      for (const [taskId, entries] of Object.entries(run.rollouts)) {
+        entries.forEach((entry, n) => {
+          if (entry.row === null) return;
+          const row = run.rows[entry.row];
+          Object.assign(row, { side: side, taskId: taskId, n: n, slot: entry.slot });
+          entry.view = row;
+        });
+      }
+      cmp.sides[side] = run;
+    }
+    document.getElementById("source").textContent = "A: " + cmp.doc.a.source + " · B: " + cmp.doc.b.source;
+  }
+
   // --- routing -------------------------------------------------------------------------------
   function go(hash) { if (location.hash === hash) route(); else location.hash = hash; }
   let routing = Promise.resolve();
@@ -1095,6 +1376,7 @@
   }
   async function render() {
     const { parts, params } = parseHash();
+    if (COMPARE) { await cmpRender(parts, params); return; }
     readFilters(params);
     keysFor = null;  // only a rollout's page moves with the keys
     if (parts[0] === "r" && parts[1]) await rolloutPage(parts[1], parts[2] !== undefined && parts[2] !== "" ? Number(parts[2]) : null);
@@ -1124,6 +1406,13 @@
   }
 
   async function start() {
+    if (COMPARE) {
+      await cmpStart();
+      window.addEventListener("hashchange", route);
+      await route();
+      document.documentElement.dataset.ready = "1";
+      return;
+    }
     let summary;
     if (SERVED) { summary = await api("api/summary"); state.revision = summary.revision; }
     else summary = await inflate(DATA.summary);
