@@ -10,7 +10,6 @@ so some tasks flip between the runs. Each run is an ``eval submit``-style job di
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from rollcap.gym import example_data_path
 from rollcap.report._source import JOB_CAPTURE_DIR, JOB_ROLLOUTS_FILE
 from rollcap.testing import FakeUpstream
 from tests.gym.conftest import gym_stack
+from tests.report._runs import run_in_thread
 from tests.report.conftest import browser, watched
 
 __all__ = [
@@ -56,19 +56,7 @@ def collect_run(model: str, job_dir: Path) -> None:
     """The MCQA example tasks answered by the fake upstream as ``model``, into ``job_dir``; in a
     thread of its own, so that a caller whose thread runs an event loop (Playwright's) can."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(_collect(model, job_dir))
-        except BaseException as exc:  # handed to the caller's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
+    run_in_thread(lambda: _collect(model, job_dir))
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +44,14 @@ async def _calculator(job_dir: Path) -> None:
         await collect(stack.agent_url, source, job_dir / CALCULATOR_ROLLOUTS, capture_dir=capture)
 
 
-def calculator_run(job_dir: Path) -> None:
-    """The calculator run (module doc) into ``job_dir``; its own thread, so that a caller whose
-    thread runs an event loop (Playwright's) can build it too."""
-    job_dir.mkdir(parents=True, exist_ok=True)
+def run_in_thread(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``main()`` to its end on an event loop of a thread of its own, so that a caller
+    whose thread runs an event loop (Playwright's) can too; its exception is raised here."""
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
-            asyncio.run(_calculator(job_dir))
+            asyncio.run(main())
         except BaseException as exc:  # handed to the caller's thread
             failure.append(exc)
 
@@ -60,6 +60,12 @@ def calculator_run(job_dir: Path) -> None:
     thread.join()
     if failure:
         raise failure[0]
+
+
+def calculator_run(job_dir: Path) -> None:
+    """The calculator run (module doc) into ``job_dir`` (``run_in_thread``)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    run_in_thread(lambda: _calculator(job_dir))
 
 
 def variants_run(job_dir: Path) -> None:
