@@ -59,16 +59,29 @@ def _cluster_of(pair: Pair) -> object:
     return task.cluster if task.cluster is not None else ("task", task.id)
 
 
+def _paired_values(
+    pairs: Sequence[Pair], metric: str
+) -> tuple[list[float], list[float], list[Pair]]:
+    """``metric``'s per-task means on each side, over the pairs where both sides report it."""
+    a: list[float] = []
+    b: list[float] = []
+    known: list[Pair] = []
+    for pair in pairs:
+        x, y = pair[0].mean(metric), pair[1].mean(metric)
+        if x is not None and y is not None:
+            a.append(x)
+            b.append(y)
+            known.append(pair)
+    return a, b, known
+
+
 def _metric(
     pairs: Sequence[Pair], metric: str, clustered: bool
 ) -> tuple[dict[str, Any] | None, Interval | None]:
-    rows = [(ta.mean(metric), tb.mean(metric), pair) for pair in pairs for ta, tb in [pair]]
-    known = [(x, y, pair) for x, y, pair in rows if x is not None and y is not None]
+    a, b, known = _paired_values(pairs, metric)
     if not known:
         return None, None
-    a = [x for x, _, _ in known if x is not None]
-    b = [y for _, y, _ in known if y is not None]
-    clusters = [_cluster_of(pair) for _, _, pair in known] if clustered else None
+    clusters = [_cluster_of(pair) for pair in known] if clustered else None
     mean_a, mean_b = mean_interval(a), mean_interval(b)
     diff = paired_difference(a, b, clusters)
     figures = {
@@ -111,10 +124,7 @@ def _section(
     """One benchmark's (or the overall) figures, and its reward difference's interval."""
     computed = {m: _metric(pairs, m, clustered) for m in METRICS}
     metrics = {m: figures for m, (figures, _) in computed.items()}
-    rewarded = [(ta.mean("reward"), tb.mean("reward")) for ta, tb in pairs]
-    known = [(x, y) for x, y in rewarded if x is not None and y is not None]
-    a = [x for x, _ in known if x is not None]
-    b = [y for _, y in known if y is not None]
+    a, b, _ = _paired_values(pairs, "reward")
     test = paired_test(a, b, seed=seed, resamples=resamples)
     reward = metrics["reward"]
     sd = None if reward is None or reward["diff"] is None else reward["diff"]["sd"]

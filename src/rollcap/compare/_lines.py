@@ -38,6 +38,7 @@ __all__ = [
     "LABEL_MAX",
     "METRICS",
     "LineFigures",
+    "canonical",
     "field_value",
     "index_key",
     "line_figures",
@@ -74,8 +75,11 @@ def task_key(line: Mapping[str, Any], key: str | None) -> bytes | None:
     if value is None and key is None:
         index = line.get(TASK_INDEX_KEY)
         return None if index is None else index_key(index)
-    if value is None:
-        return None
+    return None if value is None else canonical(value)
+
+
+def canonical(value: object) -> bytes:
+    """``value`` as canonical JSON: key order does not count."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
 
 

@@ -168,6 +168,7 @@ def build_compare_report(
         for change in doc["overall"]["changes"]:
             task_id = change["id"]
             for side, (bench, task) in zip(SIDES, matched[task_id], strict=True):
+                run = run_files(bench)
                 entries = rollouts[side][task_id] = []
                 for n, figures in enumerate(task.rollouts):
                     slot = f"{task_id}/{n}"
@@ -182,7 +183,6 @@ def build_compare_report(
                     }
                     entries.append(entry)
                     rollout_id = figures.rollout_id
-                    run = run_files(bench)
                     if run is None:
                         entry["unread"] = UNREAD_NO_CAPTURE
                         no_capture += 1

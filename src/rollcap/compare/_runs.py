@@ -19,7 +19,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rollcap.compare._lines import LineFigures, field_value, line_figures, task_id, task_key
+from rollcap.compare._lines import (
+    LineFigures,
+    canonical,
+    field_value,
+    line_figures,
+    task_id,
+    task_key,
+)
 from rollcap.compare._lines import task_label as _label
 from rollcap.compare._model import Benchmark, Side, Task
 from rollcap.report._source import (
@@ -70,7 +77,7 @@ def _read_benchmark(
                 key=key_bytes,
                 label=_label(line, key_bytes),
                 task_index=figures.task_index,
-                cluster=None if label_of is None else _canonical(label_of),
+                cluster=None if label_of is None else canonical(label_of),
             )
         task.rollouts.append(figures)
 
@@ -99,12 +106,6 @@ def _read_benchmark(
         by_index = None if index is None else keys_by_index.get(index)
         add(line, figures, by_index if by_index is not None else task_key(line, key))
     return bench
-
-
-def _canonical(value: object) -> bytes:
-    import orjson
-
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
 
 
 def _job_rollouts(directory: Path) -> Path | None:

@@ -146,7 +146,7 @@ def paired_difference(
     sd = float(diff.std(ddof=1)) if len(diff) > 1 else None
     if len(labels) < 2:
         return Interval(len(diff), mean, None, None, None, sd=sd, clusters=len(labels))
-    if not diff.any() or np.all(diff == diff[0]):
+    if np.all(diff == diff[0]):  # every task moved alike: statsmodels would divide by zero
         return Interval(len(diff), mean, 0.0, mean, mean, sd=sd, clusters=len(labels))
     try:
         import statsmodels.api as sm
