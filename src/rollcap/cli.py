@@ -305,21 +305,17 @@ def _compare_command(commands: Any) -> None:
 
 def _compare(args: argparse.Namespace) -> int:
     # Here: the comparison loads the evidence models, which the CLI does not load to start.
-    from rollcap.compare import DEFAULT_RESAMPLES, CompareUnavailable, compare_runs
+    from rollcap.compare import DEFAULT_RESAMPLES, compare_runs
 
-    try:
-        comparison = compare_runs(
-            args.a,
-            args.b,
-            key=args.key,
-            cluster=args.cluster,
-            fail_if_worse=args.fail_if_worse,
-            seed=args.seed,
-            resamples=args.resamples or DEFAULT_RESAMPLES,
-        )
-    except CompareUnavailable as exc:
-        print(f"rollcap: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    comparison = compare_runs(
+        args.a,
+        args.b,
+        key=args.key,
+        cluster=args.cluster,
+        fail_if_worse=args.fail_if_worse,
+        seed=args.seed,
+        resamples=args.resamples or DEFAULT_RESAMPLES,
+    )
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(comparison.data, option=orjson.OPT_INDENT_2) + b"\n")
     else:
@@ -506,7 +502,7 @@ def _capture_export_otel(args: argparse.Namespace) -> int:
 
 
 def _capture_compare_report(args: argparse.Namespace) -> int:
-    from rollcap.compare import CompareUnavailable, compare_runs, write_compare_report
+    from rollcap.compare import compare_runs, write_compare_report
     from rollcap.report import DEFAULT_PAYLOAD_BUDGET
 
     for option in ("rollouts", "staging", "ledger"):
@@ -516,11 +512,7 @@ def _capture_compare_report(args: argparse.Namespace) -> int:
             )
     if not args.output.parent.is_dir():
         raise FileNotFoundError(f"{args.output.parent}: no such directory for the report (-o)")
-    try:
-        comparison = compare_runs(args.directory, args.compare, key=args.key, cluster=args.cluster)
-    except CompareUnavailable as exc:
-        print(f"rollcap: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    comparison = compare_runs(args.directory, args.compare, key=args.key, cluster=args.cluster)
     budget = DEFAULT_PAYLOAD_BUDGET if args.payload_budget is None else args.payload_budget
     stats = write_compare_report(comparison, args.output, payload_budget=budget)
     matched = comparison.data["overall"]["tasks"]["matched"]

@@ -166,3 +166,25 @@ def test_the_report_compares_too(
     code, _, err = _run(["capture", "report", str(copy), "--key", "x"], capsys)
     assert code == 2
     assert "--key and --cluster are taken with --compare only" in err
+
+
+def test_without_the_extra_both_commands_say_how_to_install_it(
+    choice_runs: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)
+    a, b = map(str, choice_runs)
+    report = ["capture", "report", a, "--compare", b, "-o", str(tmp_path / "c.html")]
+    for argv in (["compare", a, b], report):
+        code, out, err = _run(argv, capsys)
+        assert code == 2
+        assert out == ""
+        assert err == (
+            "rollcap: error: rollcap compare needs scipy and statsmodels: "
+            "pip install 'rollcap[compare]'\n"
+        )
+    assert not (tmp_path / "c.html").exists()

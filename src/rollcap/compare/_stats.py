@@ -49,8 +49,9 @@ DEFAULT_RESAMPLES = 10_000
 COMPARE_INSTALL_HINT = "rollcap compare needs scipy and statsmodels: pip install 'rollcap[compare]'"
 
 
-class CompareUnavailable(RuntimeError):
-    """The ``compare`` extra (scipy, statsmodels) is not installed."""
+class CompareUnavailable(ValueError):
+    """The ``compare`` extra (scipy, statsmodels) is not installed (a ``ValueError``, as the
+    other extras' are: the CLI says it in one line, exit 2)."""
 
 
 def _scipy_stats() -> Any:
