@@ -130,6 +130,7 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/hostile.py
 	$(BIN)/python bench/collect.py
 	$(BIN)/python bench/compress.py
+	$(BIN)/python bench/compare.py
 	$(BIN)/python bench/staging.py
 	$(BIN)/python bench/local.py
 	$(BIN)/python bench/report.py
