@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck unit browser jq tmux zstd harness nemo-gym demo bench screenshots clean
+.PHONY: test lint typecheck unit browser jq tmux zstd power-loss harness nemo-gym demo bench screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,18 +28,27 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/rollcap tests
 
-# Debian's package $(1) when its command is missing: as root, else through sudo, else a line
-# saying what will fail ($(2)) until it is installed.
-define apt_install
+# Debian's package $(2) when the command $(1) it brings is missing: as root, else through sudo,
+# else a line saying what will fail ($(3)) until it is installed.
+define apt_install_for
 	@if command -v $(1) >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1); \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2); \
 	elif command -v sudo >/dev/null 2>&1; then \
-		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1); \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2); \
 	else \
-		echo "rollcap: no root and no sudo: $(2) will fail until 'apt-get install $(1)' is run as root"; \
+		echo "rollcap: no root and no sudo: $(3) will not run until 'apt-get install $(2)' is run as root"; \
 	fi
 endef
+
+# The same for a package named as its command.
+apt_install = $(call apt_install_for,$(1),$(1),$(2))
+
+# tests/server/test_power_loss.py: a FUSE disk (Debian's fuse3: fusermount3 and libfuse3) under
+# loop-mounted ext4 and xfs (xfsprogs: mkfs.xfs).
+power-loss:
+	$(call apt_install_for,fusermount3,fuse3,the power-loss tests)
+	$(call apt_install_for,mkfs.xfs,xfsprogs,the power-loss tests on xfs)
 
 # The report's browser tests drive Debian's Chromium (never a downloaded browser build).
 browser:
@@ -105,7 +114,7 @@ $(NEMO_GYM_STAMP):
 	touch $(NEMO_GYM_STAMP)
 
 # The multi-node tests start Ray's simulated cluster: a pytest process of their own, after the rest.
-unit: $(STAMP) browser jq tmux zstd harness nemo-gym
+unit: $(STAMP) browser jq tmux zstd power-loss harness nemo-gym
 	$(BIN)/python -m pytest -W error
 	$(BIN)/python -m pytest -W error -m ray
 

@@ -277,3 +277,18 @@ def test_capture_compression_takes_a_level_and_needs_capture_on() -> None:
 def test_a_bad_compression_setting_is_a_one_line_error_naming_it(override: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         RunSettings.from_config(load_config(overrides=[override], env_file=None))
+
+
+def test_the_capture_sync_is_auto_by_default_and_reaches_the_model_server() -> None:
+    from rollcap.server import ModelServerSettings
+
+    assert RunSettings.from_config(load_config(env_file=None)).capture_sync == "auto"
+    run = RunSettings.from_config(load_config(overrides=["capture_sync=fsync"], env_file=None))
+    assert run.capture_sync == "fsync"
+    assert ModelServerSettings.from_run(run, "openai_model").capture_sync == "fsync"
+
+
+@pytest.mark.parametrize("value", ["fdatasync", "true", "1"])
+def test_a_bad_capture_sync_is_a_one_line_error_naming_the_choices(value: str) -> None:
+    with pytest.raises(ConfigError, match="capture_sync must be one of auto, fsync, syncfs, got"):
+        RunSettings.from_config(load_config(overrides=[f"capture_sync={value}"], env_file=None))

@@ -23,6 +23,7 @@ import yaml
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
 from rollcap.status._rules import LiveStatusSettings
 from rollcap.store._frames import DEFAULT_LEVEL, MAX_LEVEL, check_level
+from rollcap.store._sync import SYNC_MODES
 
 __all__ = [
     "CLIENT_SESSION_HEADERS",
@@ -73,6 +74,8 @@ DEFAULTS: dict[str, Any] = {
     # With capture on, collection compacts each rollout's capture file into
     # <rollout_id>.capture.jsonl.zst once its line is built, at this Zstandard level (1..22).
     "capture_compress": False,
+    # How the model server makes a batch of records durable: auto, fsync or syncfs (the README).
+    "capture_sync": "auto",
     "capture_compress_level": DEFAULT_LEVEL,
 }
 # Keys whose values are secrets wherever they appear in the tree.
@@ -206,6 +209,7 @@ class RunSettings:
     websocket_max_stored_responses: int = WEBSOCKET_MAX_STORED_RESPONSES
     capture_compress: bool = False
     capture_compress_level: int = DEFAULT_LEVEL
+    capture_sync: str = "auto"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -239,6 +243,9 @@ class RunSettings:
         compress = config.get("capture_compress", False)
         if not isinstance(compress, bool):
             raise ConfigError(f"capture_compress must be true or false, got {compress!r}")
+        sync = config.get("capture_sync", "auto")
+        if sync not in SYNC_MODES:
+            raise ConfigError(f"capture_sync must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
         token_capture = TokenCaptureSettings.from_config(
             config.get("token_id_capture"), capture_dir
         )
@@ -262,6 +269,7 @@ class RunSettings:
             live_status=_live_status(config.get("live_status")),
             pass_client_credentials=passthrough,
             capture_compress=compress,
+            capture_sync=sync,
             capture_compress_level=_compress_level(config),
             observability_enabled=enabled,
             model_call_capture_dir=capture_dir,

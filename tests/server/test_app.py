@@ -276,7 +276,15 @@ def _log_syncs(monkeypatch: pytest.MonkeyPatch, log: list[tuple[str, str]], dela
         if name.endswith(CAPTURE_SUFFIX):
             log.append(("synced", name.removesuffix(CAPTURE_SUFFIX)))
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    _patch_syncs(monkeypatch, fsync)
+
+
+def _patch_syncs(monkeypatch: pytest.MonkeyPatch, sync: Callable[[int], None]) -> None:
+    """``sync`` in place of both of the store's ways to make a batch durable: an ``fsync`` of
+    each file, and the one ``syncfs`` (called on one of the batch's files) of ``sync="syncfs"``,
+    which is what ``auto`` takes on ext4 and xfs."""
+    monkeypatch.setattr(os, "fsync", sync)
+    monkeypatch.setattr("rollcap.store._files.syncfs", sync)
 
 
 async def test_terminal_event_leaves_only_after_the_record_is_synced(
@@ -720,7 +728,7 @@ async def _cancelled_mid_write(
 ) -> CaptureState:
     """Run one captured call through the middleware alone and cancel it while its record is
     being synced; the server's state once the record's outcome came."""
-    monkeypatch.setattr(os, "fsync", fsync)
+    _patch_syncs(monkeypatch, fsync)
     state = CaptureState("policy_model", CaptureStore(tmp_path))
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -812,3 +820,10 @@ def test_a_model_servers_settings_come_from_the_runs(tmp_path: Path) -> None:
         run, "vllm_model", name="m2", base_url=("http://a/v1", "http://b/v1"), api_key="own"
     )
     assert (own.name, own.base_url, own.api_key) == ("m2", ("http://a/v1", "http://b/v1"), "own")
+
+
+def test_a_model_server_refuses_an_unknown_capture_sync() -> None:
+    from rollcap.server import ModelServerSettings
+
+    with pytest.raises(ValueError, match="capture_sync must be one of auto, fsync, syncfs"):
+        ModelServerSettings(model_type="openai_model", base_url=None, capture_sync="dsync")

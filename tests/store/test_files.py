@@ -7,6 +7,7 @@ import os
 import pickle
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -19,6 +20,7 @@ from rollcap.store import (
     CaptureStore,
     _files,
     _shared,
+    _sync,
     aggregate_model_call_metrics,
     read_model_call_records,
 )
@@ -420,7 +422,7 @@ def test_a_store_for_another_file_kind_keeps_to_its_suffixes(tmp_path: Path) -> 
 def test_append_many_syncs_files_together_and_a_failed_sync_fails_only_its_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = CaptureStore(tmp_path)
+    store = CaptureStore(tmp_path, sync="fsync")
     synced = watch_fsyncs(monkeypatch, lambda name: name.endswith("bad.capture.jsonl"))
     items = [(f"r{k}", numbered_record(k)) for k in range(20)] + [("bad", numbered_record(99))]
     errors = store.append_many(items)
@@ -437,7 +439,7 @@ def test_append_many_syncs_files_together_and_a_failed_sync_fails_only_its_file(
 def test_append_many_syncs_the_directory_once_for_all_the_files_it_creates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = CaptureStore(tmp_path)
+    store = CaptureStore(tmp_path, sync="fsync")
     store.append("old", numbered_record(0))
     synced = watch_fsyncs(monkeypatch)
     items = [(f"new{k}", numbered_record(k)) for k in range(10)] + [("old", numbered_record(10))]
@@ -452,10 +454,81 @@ def test_append_many_syncs_the_directory_once_for_all_the_files_it_creates(
     store.close()
 
 
+def _watch_syncfs(
+    monkeypatch: pytest.MonkeyPatch, fails: Callable[[], bool] = lambda: False
+) -> list[str]:
+    """The files ``syncfs`` was called on from now on; a call while ``fails()`` raises EIO."""
+    real = _sync.syncfs
+    called: list[str] = []
+
+    def syncfs(fd: int) -> None:
+        if fails():
+            raise OSError(errno.EIO, "Input/output error")
+        called.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(_files, "syncfs", syncfs)
+    return called
+
+
+def test_append_many_with_syncfs_syncs_a_batch_once_and_no_file_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path, sync="syncfs")
+    store.append("old", numbered_record(0))
+    fsynced = watch_fsyncs(monkeypatch)
+    called = _watch_syncfs(monkeypatch)
+    items = [(f"new{k}", numbered_record(k)) for k in range(10)] + [("old", numbered_record(10))]
+    assert store.append_many(items) == [None] * 11
+    # One syncfs made the writes and the new files' directory entries durable: no fsync at all.
+    assert len(called) == 1
+    assert called[0].endswith(".capture.jsonl")
+    assert fsynced == []
+    assert [r["model_call_id"] for r in store.read("old")] == [f"{n:032x}" for n in (0, 10)]
+    assert store.read("new3") == [numbered_record(3)]
+    store.close()
+
+
+def test_with_syncfs_a_batch_of_one_file_is_synced_by_its_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path, sync="syncfs")
+    fsynced = watch_fsyncs(monkeypatch)
+    called = _watch_syncfs(monkeypatch)
+    assert store.append_many([("one", numbered_record(0)), ("one", numbered_record(1))]) == [
+        None,
+        None,
+    ]
+    assert called == []
+    # The file and, since the batch created it, its directory entry.
+    assert fsynced == [str(tmp_path), str(store.path_for("one"))]
+    store.close()
+
+
+def test_a_failed_syncfs_fails_every_record_of_its_batch_and_the_next_batch_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path, sync="syncfs")
+    broken = {"now": True}
+    _watch_syncfs(monkeypatch, lambda: broken["now"])
+    errors = store.append_many([("a", numbered_record(0)), ("b", numbered_record(1))])
+    # Which file's writeback failed is not told, so no record of the batch is reported durable.
+    assert all(isinstance(e, OSError) and e.errno == errno.EIO for e in errors)
+    broken["now"] = False
+    assert store.append_many([("a", numbered_record(2)), ("b", numbered_record(3))]) == [None] * 2
+    store.close()
+
+
+def test_a_store_asked_for_an_unknown_sync_refuses(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sync must be one of auto, fsync, syncfs"):
+        CaptureStore(tmp_path, sync="fdatasync")
+    assert CaptureStore(tmp_path, sync="fsync").sync_mode == "fsync"
+
+
 def test_a_failed_directory_sync_fails_only_the_new_files_and_is_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = CaptureStore(tmp_path)
+    store = CaptureStore(tmp_path, sync="fsync")
     store.append("old", numbered_record(0))
     broken = {"dir": True}
     synced = watch_fsyncs(monkeypatch, lambda name: name == str(tmp_path) and broken["dir"])

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollcap.store._mounts import Mount, judge, mount_for, parse_mountinfo
+from rollcap.store._mounts import Mount, judge, mount_for, parse_mountinfo, syncfs_commits
 
 MOUNTINFO = """\
 22 27 0:21 / /proc rw,relatime - proc proc rw
@@ -100,3 +100,13 @@ def test_fuse_is_refused_and_local_disks_are_one_host_s() -> None:
     assert local.refusals == []
     assert local.warnings == []
     assert judge(Mount("/g", "gpfs", "gpfs0", frozenset())).cross_host
+
+
+@pytest.mark.parametrize(
+    ("fs_type", "commits"),
+    [("ext4", True), ("xfs", True), ("nfs", False), ("fuse", False), ("tmpfs", False)],
+)
+def test_syncfs_counts_as_every_files_sync_only_on_ext4_and_xfs(
+    fs_type: str, commits: bool
+) -> None:
+    assert syncfs_commits(Mount("/d", fs_type, "src", frozenset())) is commits

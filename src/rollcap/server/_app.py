@@ -65,7 +65,7 @@ from rollcap.server._socket import RESPONSES_PATH, ResponsesSockets
 from rollcap.server._translating import CHAT_PATH, TO_CHAT, StreamTranslator, Translation
 from rollcap.server._upstream import LOCAL_MODEL, Backend, backend_for
 from rollcap.sse import SSEDecoder, encode_event, is_event_stream
-from rollcap.store import CaptureStore
+from rollcap.store import SYNC_MODES, CaptureStore
 
 if TYPE_CHECKING:
     from rollcap.server._staged import StagedCalls
@@ -101,6 +101,8 @@ class ModelServerSettings:
     # Responses WebSockets open at once, and the responses a translated one keeps.
     websocket_max_sockets: int = WEBSOCKET_MAX_SOCKETS
     websocket_max_stored_responses: int = WEBSOCKET_MAX_STORED_RESPONSES
+    # How a batch of records is made durable (``CaptureStore``'s ``sync``).
+    capture_sync: str = "auto"
 
     def __post_init__(self) -> None:
         for key in (
@@ -124,6 +126,10 @@ class ModelServerSettings:
                     "token_id_capture.external_staging needs an absolute ledger directory "
                     "(token_id_capture.dir or model_call_capture_dir)"
                 )
+        if self.capture_sync not in SYNC_MODES:
+            raise ValueError(
+                f"capture_sync must be one of {', '.join(SYNC_MODES)}, got {self.capture_sync!r}"
+            )
         if self.capture_dir is not None and not Path(self.capture_dir).is_absolute():
             raise ValueError(
                 f"model_call_capture_dir must be an absolute path, got {str(self.capture_dir)!r}"
@@ -156,6 +162,7 @@ class ModelServerSettings:
             live_status=run.live_status,
             websocket_max_sockets=run.websocket_max_sockets,
             websocket_max_stored_responses=run.websocket_max_stored_responses,
+            capture_sync=run.capture_sync,
         )
 
 
@@ -366,7 +373,11 @@ def create_model_app(settings: ModelServerSettings) -> Starlette:
         extra=settings.backend_options,
     )
     forwarder = _Forwarder(backend, settings)
-    store = CaptureStore(settings.capture_dir) if settings.capture_dir is not None else None
+    store = (
+        CaptureStore(settings.capture_dir, sync=settings.capture_sync)
+        if settings.capture_dir is not None
+        else None
+    )
     state = CaptureState(server_name=settings.name, store=store, live=settings.live_status)
     metrics = ServerMetrics(state)
     state.call_ended = metrics.call_ended

@@ -8,7 +8,8 @@ which every read finds as it finds the plain file. ``read_model_call_records`` a
 ``aggregate_model_call_metrics`` read one rollout back. ``check_capture_dir`` is the start-up
 check that the directory's ``flock`` excludes other writers (``_shared``; the mount options it
 reads are judged in ``_mounts``). Rollouts files that may be compressed are read and written
-through ``_jsonl``. Everything here blocks.
+through ``_jsonl``. How ``append_many`` syncs a batch (an ``fsync`` per file or one ``syncfs``)
+is ``_sync``'s choice. Everything here blocks.
 """
 
 from rollcap.store._directory import DirectoryPass, compress_directory, decompress_directory
@@ -38,6 +39,7 @@ from rollcap.store._jsonl import (
     whole_frames_length,
 )
 from rollcap.store._shared import LOCK_PROBE_NAME, CaptureDirError, check_capture_dir, try_lock
+from rollcap.store._sync import SYNC_MODES
 
 __all__ = [
     "CAPTURE_SUFFIX",
@@ -45,6 +47,7 @@ __all__ = [
     "DEFAULT_LEVEL",
     "INCOMPLETE_SUFFIX",
     "LOCK_PROBE_NAME",
+    "SYNC_MODES",
     "ZSTD_SUFFIX",
     "AvailableRecords",
     "CaptureConflictError",

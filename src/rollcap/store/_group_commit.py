@@ -185,22 +185,29 @@ def _lead(handle: Handle) -> Sync:
     return Sync(fd, batch, outcome)
 
 
-def finish(handle: Handle, own: Pending, sync: Sync) -> bool | BaseException:
+def finish(
+    handle: Handle, own: Pending, sync: Sync, synced: bool | BaseException | None = None
+) -> bool | BaseException:
     """The leader's fsync of its batch, then every line of the batch learns its outcome.
 
     This is where a capture record becomes durable: ``True`` only once ``os.fsync`` returned.
+    ``synced``: the file's whole filesystem was synced after the write (one ``syncfs`` for
+    many files), with this outcome, and the file is not synced again.
     """
     outcome = sync.outcome
     if outcome is True:
-        # Syncing without the lead lets the next batch be written meanwhile, and the
-        # filesystem folds syncs that overlap into one journal commit.
-        try:
-            os.fsync(sync.fd)
-        except OSError as exc:
-            # ESTALE: the file went away on the server, and the lines with it.
-            outcome = False if exc.errno == errno.ESTALE else exc
-        except BaseException as exc:
-            outcome = exc
+        if synced is not None:
+            outcome = synced
+        else:
+            # Syncing without the lead lets the next batch be written meanwhile, and the
+            # filesystem folds syncs that overlap into one journal commit.
+            try:
+                os.fsync(sync.fd)
+            except OSError as exc:
+                # ESTALE: the file went away on the server, and the lines with it.
+                outcome = False if exc.errno == errno.ESTALE else exc
+            except BaseException as exc:
+                outcome = exc
         with handle.lock:
             handle.syncing -= 1
             if outcome is not True:

@@ -22,11 +22,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["Mount", "Verdict", "judge", "mount_for", "parse_mountinfo"]
+__all__ = ["Mount", "Verdict", "judge", "mount_for", "parse_mountinfo", "syncfs_commits"]
 
 _NFS = frozenset({"nfs", "nfs4"})
 # Filesystems whose flock is a lock on every host that mounts them (with the options above).
 _CLUSTER_LOCKING = frozenset({"gpfs", "ceph"})
+# Local filesystems whose ``syncfs`` writes back every dirty file, commits the journal and
+# flushes the device before it returns, as an ``fsync`` of each file would (and where that was
+# measured and crash-tested: bench/store.py, tests/store/test_power_loss.py). Elsewhere a
+# ``syncfs`` may stop short of the server: a FUSE filesystem gets no request for it, and an NFS
+# client's only writes back this host's pages.
+_SYNCFS_COMMITS = frozenset({"ext4", "xfs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,3 +149,8 @@ def judge(mount: Mount) -> Verdict:
     if fs_type in _CLUSTER_LOCKING:
         return Verdict(cross_host=True)
     return Verdict()
+
+
+def syncfs_commits(mount: Mount) -> bool:
+    """Whether one ``syncfs`` on ``mount`` makes every file's written data durable."""
+    return mount.fs_type in _SYNCFS_COMMITS

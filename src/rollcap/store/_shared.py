@@ -31,6 +31,7 @@ __all__ = [
     "LOCK_PROBE_NAME",
     "CaptureDirError",
     "check_capture_dir",
+    "mount_of",
     "on_shared_filesystem",
     "probe_lock",
     "try_lock",
@@ -117,7 +118,8 @@ def probe_lock(directory: Path, other: Callable[[str], bool] | None = None) -> N
         )
 
 
-def _mount_of(directory: Path, mountinfo: str) -> Mount | None:
+def mount_of(directory: Path, mountinfo: str = _MOUNTINFO) -> Mount | None:
+    """The mount ``directory`` is on; None when that cannot be read (not Linux, no /proc)."""
     try:
         text = Path(mountinfo).read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -128,7 +130,7 @@ def _mount_of(directory: Path, mountinfo: str) -> Mount | None:
 def on_shared_filesystem(directory: str | os.PathLike[str], mountinfo: str = _MOUNTINFO) -> bool:
     """Whether ``directory`` is on a filesystem other hosts mount (NFS, Lustre, GPFS, ...);
     False when that cannot be told."""
-    mount = _mount_of(Path(directory), mountinfo)
+    mount = mount_of(Path(directory), mountinfo)
     return mount is not None and judge(mount).cross_host
 
 
@@ -147,7 +149,7 @@ def check_capture_dir(
     path = Path(directory)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     warnings: list[str] = []
-    mount = _mount_of(path, mountinfo)
+    mount = mount_of(path, mountinfo)
     if mount is not None:
         verdict = judge(mount)
         if shared and verdict.refusals:
