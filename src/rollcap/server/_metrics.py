@@ -10,7 +10,7 @@ are few-valued: dialect, status class, error category, phase; never a rollout or
 - ``rollcap_model_calls_in_flight{phase}``: open calls now;
 - ``rollcap_capture_records_written_total``, ``rollcap_capture_failures_total``,
   ``rollcap_uncorrelated_calls_total``: the ``/health`` counters;
-- ``rollcap_capture_fsync_seconds``: each capture file sync.
+- ``rollcap_capture_fsync_seconds``: each capture file sync (or a batch's one ``syncfs``).
 """
 
 from __future__ import annotations
