@@ -13,6 +13,7 @@ from rollcap.records import (
     infer_dialect,
     is_streamed,
     model_ref,
+    record_json,
 )
 
 # The raw record printed on the spec page, as one persisted line would hold it.
@@ -74,6 +75,31 @@ def test_raw_record_json_has_exactly_the_contract_keys() -> None:
         "client_session_id",
         "gaps",
     }
+
+
+def test_a_record_written_without_a_raw_record_is_the_raw_record_s_json() -> None:
+    optional = {
+        "request_raw": "x",
+        "response_raw": None,
+        "client_session_id": "sess-1",
+        "upstream_attempted": False,
+        "transport": TRANSPORT_WEBSOCKET,
+        "client_events": [{"type": "response.steer"}],
+    }
+    fields = {
+        **SPEC_RECORD,
+        "latency_ms": 842.70499,
+        "error_category": ErrorCategory.STREAM_TRUNCATED,
+        **optional,
+    }
+    written = record_json(**fields)
+    expected = RawRecord(**fields).to_json()
+    assert written == expected
+    assert list(written) == list(expected)
+    assert (written["latency_ms"], written["error_category"]) == (842.7, "stream_truncated")
+    assert "response_raw" not in written  # None: not written
+    with pytest.raises(TypeError, match="has no rollout_id"):
+        record_json(**SPEC_RECORD, rollout_id="0-0")
 
 
 def test_latencies_are_rounded_to_two_decimals() -> None:

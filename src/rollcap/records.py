@@ -36,6 +36,7 @@ __all__ = [
     "infer_dialect",
     "is_streamed",
     "model_ref",
+    "record_json",
 ]
 
 MODEL_REF_TYPE = "responses_api_models"
@@ -192,19 +193,6 @@ RESPONSE_SOURCES = frozenset(("upstream", "local"))
 TRANSPORT_KEYS = ("transport", "client_events")
 TRANSPORT_WEBSOCKET = "websocket"
 
-_REQUIRED_KEYS = (
-    "model_call_id",
-    "dialect",
-    "model_ref",
-    "started_at",
-    "completed_at",
-    "latency_ms",
-    "latency_ttft_ms",
-    "status_code",
-    "error_category",
-    "request",
-    "response",
-)
 _OPTIONAL_KEYS = (
     "request_raw",
     "response_raw",
@@ -213,6 +201,55 @@ _OPTIONAL_KEYS = (
     "gaps",
     *TRANSPORT_KEYS,
 )
+
+
+_OPTIONAL = frozenset(_OPTIONAL_KEYS)
+
+
+def record_json(
+    *,
+    model_call_id: str,
+    dialect: str,
+    model_ref: dict[str, Any],
+    started_at: float,
+    completed_at: float,
+    latency_ms: float | None,
+    latency_ttft_ms: float | None,
+    status_code: int | None,
+    error_category: str | None,
+    request: dict[str, Any] | None,
+    response: dict[str, Any] | None,
+    **optional: Any,
+) -> dict[str, Any]:
+    """A raw record's JSON object, the contract's keys in their order: the one home of the
+    line's shape, ``RawRecord.to_json`` included. Latencies are rounded as ``RawRecord``
+    rounds them; an optional key (``request_raw``, ..., ``client_events``) is written only when
+    it is not None, and one the contract does not name raises ``TypeError``. For a producer
+    that writes a record without reading it back (the model server), no ``RawRecord`` is made.
+    """
+    unknown = optional.keys() - _OPTIONAL
+    if unknown:
+        raise TypeError(f"a raw record has no {', '.join(sorted(unknown))}")
+    out: dict[str, Any] = {
+        "model_call_id": model_call_id,
+        "dialect": dialect,
+        "model_ref": model_ref,
+        "started_at": started_at,
+        "completed_at": completed_at,
+        "latency_ms": round_ms(latency_ms),
+        "latency_ttft_ms": round_ms(latency_ttft_ms),
+        "status_code": status_code,
+        "error_category": (
+            error_category.value if isinstance(error_category, ErrorCategory) else error_category
+        ),
+        "request": request,
+        "response": response,
+    }
+    for key in _OPTIONAL_KEYS:
+        value = optional.get(key)
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def is_streamed(request: object, transport: object) -> bool:
@@ -256,14 +293,7 @@ class RawRecord:
         object.__setattr__(self, "latency_ttft_ms", round_ms(self.latency_ttft_ms))
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {key: getattr(self, key) for key in _REQUIRED_KEYS}
-        if isinstance(self.error_category, ErrorCategory):
-            out["error_category"] = self.error_category.value
-        for key in _OPTIONAL_KEYS:
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
-        return out
+        return record_json(**{f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> RawRecord:

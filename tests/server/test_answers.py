@@ -42,4 +42,4 @@ def test_an_upstream_failure_is_answered_and_recorded(
     assert (error["type"], error["message"]) == (failure.kind, str(failure))
     recorder.response_start(response.status_code, {"content-type": "application/json"})
     recorder.finish(Clock(1.0, 1.0))
-    assert recorder.record().error_category == category
+    assert recorder.record()["error_category"] == category

@@ -17,8 +17,9 @@ One captured call's way through it (``POST /ng-rollout/<id>/v1/chat/completions`
    ``capture_max_response_bytes``, the SSE decoder, the terminal event, and the stream's
    reassembly (``dialects.<name>.StreamReassembler``), as the chunks pass.
 5. The chunk that completes the terminal event (a non-streamed answer: all of it) is held.
-   ``CallRecorder.finish`` ends the call and ``record()`` builds its ``RawRecord`` on the event
-   loop; a record over 64 KiB is built by ``record_in_slices`` in a builder thread instead.
+   ``CallRecorder.finish`` ends the call and ``record()`` builds its record's JSON object on
+   the event loop (once: no ``RawRecord`` on the way, encoded once by the store); a record
+   over 64 KiB is built by ``record_in_slices`` in a builder thread instead.
 6. ``_writer.RecordWriter.submit`` queues it for one writer thread
    (``_runtime.batch.BatchThread``), which appends each batch with
    ``store.CaptureStore.append_many``: every file written under its flock, then synced.

@@ -354,7 +354,7 @@ class CaptureMiddleware:
                 # with a thread either way, and a hand-off to one costs more than the build.
                 record = recorder.record()
                 if inflight is not None:
-                    inflight.error_category = record.error_category or NO_ERROR
+                    inflight.error_category = record["error_category"] or NO_ERROR
                 durable = writer.submit(rollout_id, record)
                 del record
                 recorder.release()
@@ -470,9 +470,15 @@ class _CapturedCall:
         kind = message["type"]
         if kind == "http.response.start":
             headers = message.get("headers", [])
+            # The recorder reads the content type alone: the other headers are not decoded.
+            # The last one wins, as it would in a mapping of them all.
+            content_type = None
+            for name, value in headers:
+                if name.lower() == b"content-type":
+                    content_type = value
             recorder.response_start(
                 message["status"],
-                {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers},
+                {} if content_type is None else {"content-type": content_type.decode("latin-1")},
             )
             message = {
                 **message,

@@ -40,9 +40,9 @@ from rollcap.records import (
     GAP_CAPTURE_OVER_LIMIT,
     ErrorCategory,
     Gap,
-    RawRecord,
     error_category,
     model_ref,
+    record_json,
 )
 from rollcap.sse import SSEDecoder, is_event_stream
 
@@ -246,6 +246,8 @@ class CallRecorder:
         self._gaps.append(Gap(code, detail))
 
     def response_start(self, status: int, headers: Mapping[str, str]) -> None:
+        """The answer starts: its status, and its headers by lower-case name (only
+        ``content-type`` is read)."""
         if self._failure is not None:
             self._synthetic = True
             return
@@ -358,8 +360,10 @@ class CallRecorder:
             ):
                 self._reassembler.feed(event)
 
-    def record(self) -> RawRecord:
-        """Build the finished call's record (the answer is parsed or its reassembly finished).
+    def record(self) -> dict[str, Any]:
+        """Build the finished call's record (the answer is parsed or its reassembly finished),
+        as its JSON object (``rollcap.records.record_json``: what ``RawRecord.to_json`` gives):
+        built once, and encoded once, by the store that writes it.
 
         Its cost grows with ``kept_bytes``: the middleware builds small records here, on the
         event loop, and big ones with ``record_in_slices`` in a thread.
@@ -413,7 +417,7 @@ class CallRecorder:
             "" if "request_raw" in fragments else None,
             response,
             "" if "response_raw" in fragments else None,
-        ).to_json()
+        )
         self.release()  # the reassembler's pieces: the response holds them joined now
         rebuilt, out["response"] = out["response"], None
         if self._streaming and rebuilt is not None:
@@ -442,7 +446,7 @@ class CallRecorder:
         request_raw: str | None,
         response: dict[str, Any] | None,
         response_raw: str | None,
-    ) -> RawRecord:
+    ) -> dict[str, Any]:
         if self._end is None:
             raise RuntimeError(f"model call {self.model_call_id} is not finished")
         self._flush()
@@ -496,7 +500,7 @@ class CallRecorder:
             **flags,
         )
         ttft = None if self._first_byte is None else (self._first_byte - self._start.mono) * 1000
-        return RawRecord(
+        return record_json(
             model_call_id=self.model_call_id,
             dialect=self._dialect.name,
             model_ref=model_ref(self._server_name),
