@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rollcap.attachment import CaptureRead, build_attachment, capture_attachment
+from rollcap.attachment import CaptureRead, build_attachment, capture_attachment, read_capture
 from rollcap.records import (
     GAP_INCOMPLETE,
     GAP_NO_RECORDS,
@@ -170,3 +170,75 @@ def test_capture_gaps_precedence(
     records = tuple(ModelCallRecord.from_raw(SPEC_RECORD, index) for index in range(calls))
     gaps = CaptureRead(found, failed, bad, marker, records).gaps()
     assert [(g.code, g.detail) for g in gaps] == expected
+
+
+@dataclass
+class _Counted:
+    """A capture on disk whose every look is counted, by the store method that made it."""
+
+    store: CaptureStore
+    asked: dict[str, int] = field(default_factory=dict)
+
+    def _count(self, name: str) -> None:
+        self.asked[name] = self.asked.get(name, 0) + 1
+
+    def has_capture(self, rollout_id: str) -> bool:
+        self._count("has_capture")
+        return self.store.has_capture(rollout_id)
+
+    def read_available(self, rollout_id: str) -> AvailableRecords:
+        self._count("read_available")
+        return self.store.read_available(rollout_id)
+
+    def is_incomplete(self, rollout_id: str) -> bool:
+        self._count("is_incomplete")
+        return self.store.is_incomplete(rollout_id)
+
+
+def test_a_capture_with_lines_is_read_once_and_its_marker_looked_at_once(
+    tmp_path: Path,
+) -> None:
+    store = CaptureStore(tmp_path)
+    store.append("0-0", _record(0))
+    store.mark_incomplete("0-0")
+    source = _Counted(store)
+    read = read_capture(source, "0-0")
+    assert (read.store_found, read.incomplete, len(read.calls)) == (True, True, 1)
+    assert source.asked == {"read_available": 1, "is_incomplete": 1}
+
+
+@pytest.mark.parametrize(
+    ("setup", "found"),
+    [("nothing", False), ("empty file", True), ("marker only", True)],
+)
+def test_whether_a_capture_exists_is_asked_only_when_nothing_told(
+    tmp_path: Path, setup: str, found: bool
+) -> None:
+    store = CaptureStore(tmp_path)
+    if setup == "empty file":
+        store.reset("0-0")
+    elif setup == "marker only":
+        store.mark_incomplete("0-0")
+    source = _Counted(store)
+    assert read_capture(source, "0-0").store_found is found
+    # A marker answers it; an empty file or none at all leaves it to be asked.
+    expected_asks = 0 if setup == "marker only" else 1
+    assert source.asked == {
+        "read_available": 1,
+        "is_incomplete": 1,
+        **({"has_capture": 1} if expected_asks else {}),
+    }
+
+
+def test_an_invalid_id_raises_before_anything_is_read(tmp_path: Path) -> None:
+    source = _Counted(CaptureStore(tmp_path))
+    with pytest.raises(ValueError, match="Invalid rollout id"):
+        read_capture(source, "../etc")
+    assert source.asked == {}
+
+
+def test_a_read_that_fails_on_a_missing_capture_is_no_capture() -> None:
+    # As when the directory cannot be listed: nothing says there is a capture at all.
+    missing = _Source(read_error=OSError(errno.EACCES, "Permission denied"))
+    missing.has_capture = lambda rollout_id: False  # type: ignore[method-assign]
+    assert read_capture(missing, "0-0") == CaptureRead(store_found=False)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rollcap.ids import validate_rollout_id
 from rollcap.metrics import aggregate
 from rollcap.records import (
     GAP_INCOMPLETE,
@@ -115,29 +116,33 @@ class CaptureRead:
 def read_capture(store: CaptureSource, rollout_id: str) -> CaptureRead:
     """Read one rollout's capture tolerantly: never raises for what it finds (only an invalid
     id raises). A read that fails is ``read_failed``; a line that makes no call record is a bad
-    line."""
-    if not store.has_capture(rollout_id):
-        return CaptureRead(store_found=False)
-    calls: list[ModelCallRecord] = []
-    bad_lines = 0
-    read_failed = incomplete = False
+    line.
+
+    The file is read once and the marker looked at once; whether the capture exists at all
+    (``has_capture``) is asked only when neither answered it: no line and no marker.
+    """
+    validate_rollout_id(rollout_id)
     try:
-        available = store.read_available(rollout_id)
+        available: _Available | None = store.read_available(rollout_id)
     except Exception:
-        read_failed = True
-    else:
-        bad_lines = available.bad_lines
-        for index, raw in available.records:
-            try:
-                calls.append(ModelCallRecord.from_raw(raw, index))
-            except Exception:
-                bad_lines += 1
+        available = None
+    incomplete = marker_failed = False
     try:
         incomplete = store.is_incomplete(rollout_id)
     except OSError:
-        read_failed = True
-    if read_failed:
+        marker_failed = True
+    lines = available is not None and bool(available.records or available.bad_lines)
+    if not (lines or incomplete) and not store.has_capture(rollout_id):
+        return CaptureRead(store_found=False)
+    if available is None or marker_failed:
         return CaptureRead(store_found=True, read_failed=True, incomplete=incomplete)
+    calls: list[ModelCallRecord] = []
+    bad_lines = available.bad_lines
+    for index, raw in available.records:
+        try:
+            calls.append(ModelCallRecord.from_raw(raw, index))
+        except Exception:
+            bad_lines += 1
     return CaptureRead(True, False, bad_lines, incomplete, tuple(calls))
 
 

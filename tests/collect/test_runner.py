@@ -713,3 +713,37 @@ async def test_a_compaction_that_fails_is_a_warning_and_the_rollout_stands(
     assert "rollout 0-0: its capture was not compacted (CaptureConflictError" in caplog.text
     assert store.path_for(rollout.rollout_id).exists()
     store.close()
+
+
+async def test_a_line_left_to_the_writer_is_the_json_object_of_the_encoded_one(
+    tmp_path: Path,
+) -> None:
+    store = CaptureStore(tmp_path / "calls")
+    rollout = Rollout(0, 0, 0, {"question": "q"})
+    status = 200
+
+    async def agent(body: bytes) -> tuple[int, bytes]:
+        store.append(rollout.rollout_id, fake_record(rollout.rollout_id, 0))
+        return status, orjson.dumps({"response": {}, "reward": 1.0})
+
+    def timeless(line: Any) -> Any:
+        line.get("ng_perf", {}).pop("total_latency_ms", None)  # the one figure runs differ in
+        return line
+
+    io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any] = BatchThread(call_each, "t")
+    lines = []
+    for encode in (True, False):
+        store.reset(rollout.rollout_id)
+        lines.append(await run_rollout(agent, rollout, store, io, encode=encode))
+    status = 500
+    failed = await run_rollout(agent, rollout, store, io, encode=False)
+    await asyncio.to_thread(io.close)
+    encoded, left = lines
+    assert (encoded.value, left.line) == (None, b"")
+    assert left.value is not None
+    assert left.value["ng_model_call_capture"]["calls"]
+    assert timeless(orjson.loads(encoded.line)) == timeless(orjson.loads(orjson.dumps(left.value)))
+    assert (failed.kind, failed.line) == (RolloutOutcome.FAILED, b"")
+    assert failed.value is not None
+    assert failed.value["error"]["status"] == 500
+    store.close()

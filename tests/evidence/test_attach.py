@@ -19,7 +19,13 @@ from starlette.routing import Route
 from rollcap import read_model_call_records
 from rollcap._runtime.serving import serving
 from rollcap.collect import collect
-from rollcap.evidence import attach, read_capture
+from rollcap.evidence import (
+    AgentObservationBundle,
+    TrajectoryRecord,
+    attach,
+    build_ng_perf,
+    read_capture,
+)
 from rollcap.routing import base_url_for_run
 from rollcap.server import create_model_app
 from rollcap.store import CaptureStore
@@ -166,6 +172,49 @@ def test_observability_off_builds_the_trajectory_from_the_agents_evidence_alone(
     ]
     # Without any evidence key, no trajectory at all.
     assert "ng_trajectory" not in attach(ROW, ANSWER, observability_enabled=False)
+
+
+def test_the_agents_evidence_is_validated_once_and_what_attach_built_never(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CaptureStore(tmp_path)
+    store.append("0-0", responses_raw(0, session="root"))
+    answer = {
+        **ANSWER,
+        "ng_agent_observations": bundle(
+            invocation("root", conversation=[{"role": "user", "content": "q"}])
+        ),
+        "ng_trajectory": {"task_id": "0", "rollout_id": "0-0"},
+    }
+    validated: list[str] = []
+    for model in (AgentObservationBundle, TrajectoryRecord):
+        original = model.model_validate
+
+        def counting(cls: type[Any], value: Any, _original: Any = original) -> Any:
+            validated.append(cls.__name__)
+            return _original(value)
+
+        monkeypatch.setattr(model, "model_validate", classmethod(counting))
+    copied: list[bool] = []
+    original_copy = AgentObservationBundle.model_copy
+
+    def copy_counted(self: AgentObservationBundle, **kwargs: Any) -> AgentObservationBundle:
+        copied.append(True)
+        return original_copy(self, **kwargs)
+
+    monkeypatch.setattr(AgentObservationBundle, "model_copy", copy_counted)
+    line = attach(
+        ROW, answer, capture_dirs=[store], observability_enabled=True, rollout_latency_ms=1.0
+    )
+    # The agent's bundle and its trajectory, once each; the joined bundle, the trajectory
+    # built from it and ng_perf's reading of it are the pipeline's own.
+    assert validated == ["AgentObservationBundle", "TrajectoryRecord"]
+    assert copied == []
+    assert line["ng_agent_observations"]["records"][0]["model_calls"] == [canonical(0)]
+    assert line["ng_perf"]["num_turns"] == 1
+    # The control: the same counters see a validation of the line's own dump.
+    assert build_ng_perf(line, 1.0) == line["ng_perf"]
+    assert validated[-1] == "TrajectoryRecord"
 
 
 def test_a_redaction_gap_keeps_payloads_out_of_the_line(tmp_path: Path) -> None:

@@ -13,12 +13,18 @@ on. The evidence never replaces ``response`` or ``reward``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollcap.collect._plan import Rollout
-from rollcap.evidence import CAPTURE_KEY, OBSERVATIONS_KEY, PERF_KEY, TRAJECTORY_KEY, attach
+from rollcap.evidence import (
+    CAPTURE_KEY,
+    OBSERVATIONS_KEY,
+    PERF_KEY,
+    TRAJECTORY_KEY,
+    CaptureDir,
+    attach,
+)
 from rollcap.ids import ATTEMPT_INDEX_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 __all__ = [
@@ -71,17 +77,18 @@ def rollout_line(
     rollout: Rollout,
     answer: Mapping[str, Any],
     *,
-    capture_dirs: Sequence[str | os.PathLike[str]] = (),
+    capture_dirs: Sequence[CaptureDir] = (),
     observability_enabled: bool = False,
     rollout_latency_ms: float | None = None,
 ) -> dict[str, Any]:
     """The output line of a finished rollout, its evidence attached.
 
     ``answer`` is the agent's checked ``/run`` answer (``check_agent_answer``);
-    ``capture_dirs`` are the model servers' capture directories, read when
-    ``observability_enabled``; ``rollout_latency_ms`` is the collector's own wall-clock of the
-    agent's ``/run``, for ``ng_perf``. Reads the rollout's capture file, so a caller on an event
-    loop runs it in a thread. Damaged evidence never raises: it is a gap on the line.
+    ``capture_dirs`` are the model servers' capture directories (or their ``CaptureStore``s),
+    read when ``observability_enabled``; ``rollout_latency_ms`` is the collector's own
+    wall-clock of the agent's ``/run``, for ``ng_perf``. Reads the rollout's capture file, so a
+    caller on an event loop runs it in a thread. Damaged evidence never raises: it is a gap on
+    the line.
     """
     line = {k: v for k, v in rollout.task.items() if k not in _NOT_FROM_TASK and k not in answer}
     line.update(_ids(rollout))

@@ -5,8 +5,8 @@ The shape of one run::
     input lines --plan (lazy)--> workers (a fixed pool, one aiohttp session)
         worker: journal the rollout-attempt (fsynced, in batches), clear + mark its capture
                 -> dispatch: POST /run (timed) -> the line with its evidence
-                (``rollout_line``), encoded, in a thread -> bounded queue
-    queue --> one writer task: append + flush, in a thread
+                (``rollout_line``, reading the capture once, in a thread) -> bounded queue
+    queue --> one writer task: encode + append + flush, in a thread
     end:  read the output back, sort it by (task, rollout), aggregate, write the metrics file
 
 Dispatch is ``run_rollout`` against the agent's URL, or what the caller hands in: collection
@@ -106,6 +106,8 @@ run finished.
 _ERROR_BODY_LIMIT = 2000  # characters of a non-JSON error body kept in the failures file
 _OK, _FAILED = 0, 1
 _STOP = object()
+# A line on its way to the writer: encoded (newline included), or its JSON object.
+Line = bytes | Mapping[str, Any]
 # What an agent answers when it could not reach its model server at all (the gym's agents).
 _MODEL_UNREACHABLE_STATUSES = (502, 504)
 
@@ -116,14 +118,17 @@ class RolloutOutcome:
 
     ``kind``: ``"ok"`` (``line`` is the output line), ``"failed"`` (``line`` is the failures
     line) or ``"lost"`` (nothing to write: what ran it died; ``reason`` says what). Lines are
-    encoded, newline included. ``model_unreachable``: the agent failed because it could not
-    reach its model server, which a dispatcher may know to be dead.
+    encoded, newline included; from ``run_rollout(..., encode=False)`` the line is ``value``
+    instead, its JSON object, left for the collector's writer to encode (``line`` is empty).
+    ``model_unreachable``: the agent failed because it could not reach its model server,
+    which a dispatcher may know to be dead.
     """
 
     kind: str
     line: bytes = b""
     reason: str = ""
     model_unreachable: bool = False
+    value: Mapping[str, Any] | None = None
 
     OK = "ok"
     FAILED = "failed"
@@ -310,7 +315,7 @@ class _Run:
         # Attempts are journaled in batches: one write and one fsync for all that start at once.
         self.starts: BatchThread[Rollout, None] = BatchThread(self._start_all, "rollcap-start")
         # Bounded, so that a slow disk holds the workers back instead of growing memory.
-        self.queue: asyncio.Queue[tuple[int, bytes] | object] = asyncio.Queue(2 * concurrency)
+        self.queue: asyncio.Queue[tuple[int, Line] | object] = asyncio.Queue(2 * concurrency)
 
     async def execute(self) -> CollectionSummary:
         num_tasks = await asyncio.to_thread(self._count_input)
@@ -412,7 +417,7 @@ class _Run:
 
                 async def dispatch(rollout: Rollout) -> RolloutOutcome:
                     return await run_rollout(
-                        agent, rollout, self.store, self.io, compactor=self.compactor
+                        agent, rollout, self.store, self.io, compactor=self.compactor, encode=False
                     )
 
             async def work() -> None:
@@ -459,10 +464,11 @@ class _Run:
             if outcome.kind != RolloutOutcome.LOST:
                 break
             log.warning("rollout %s was lost: %s", rollout.rollout_id, outcome.reason)
+        line = outcome.line if outcome.value is None else outcome.value
         if outcome.kind == RolloutOutcome.OK:
-            await self.queue.put((_OK, outcome.line))
+            await self.queue.put((_OK, line))
         elif outcome.kind == RolloutOutcome.FAILED:
-            await self.queue.put((_FAILED, outcome.line))
+            await self.queue.put((_FAILED, line))
             self.failed += 1
             self._failed_on(rollout.task.get(ENVIRONMENT_SERVER_KEY))
         else:
@@ -549,8 +555,9 @@ class _Writer:
     """The only code that writes the output and failures files during a run.
 
     Lines are appended in batches, one write and one flush per file per batch, in a thread
-    (``FrameWriter``: a batch is one complete frame of a compressed output); the output exists
-    from the start, the failures file is created at its first line.
+    (``FrameWriter``: a batch is one complete frame of a compressed output), which also encodes
+    the lines that come as JSON objects; the output exists from the start, the failures file
+    is created at its first line.
     """
 
     def __init__(self, output_path: Path, failures_path: Path) -> None:
@@ -569,7 +576,7 @@ class _Writer:
         self.output.close()
         self.failures.close()
 
-    async def drain(self, queue: asyncio.Queue[tuple[int, bytes] | object]) -> None:
+    async def drain(self, queue: asyncio.Queue[tuple[int, Line] | object]) -> None:
         loop = asyncio.get_running_loop()
         while True:
             batch = [await queue.get()]
@@ -588,9 +595,9 @@ class _Writer:
             if stop:
                 return
 
-    def _write(self, items: list[tuple[int, bytes]]) -> None:
+    def _write(self, items: list[tuple[int, Line]]) -> None:
         for kind, writer in ((_OK, self.output), (_FAILED, self.failures)):
-            writer.write(b"".join(line for k, line in items if k == kind))
+            writer.write(b"".join(_encoded(line) for k, line in items if k == kind))
 
 
 def http_agent(session: aiohttp.ClientSession, run_url: str) -> AgentCall:
@@ -612,6 +619,7 @@ async def run_rollout(
     io: BatchThread[tuple[Callable[..., Any], tuple[Any, ...]], Any],
     *,
     compactor: CaptureCompactor | None = None,
+    encode: bool = True,
 ) -> RolloutOutcome:
     """Run the rollout through the agent's ``/run`` and build its line: an ``"ok"`` or
     ``"failed"`` outcome.
@@ -619,30 +627,38 @@ async def run_rollout(
     The one path from an agent's answer to an output line, for local collection and for a
     cluster's workers alike: ``rollout_line`` with the measured ``/run`` wall-clock, so the
     line has the evidence keys (``ng_model_call_capture`` and ``ng_perf`` with ``store``, the
-    capture to attach, read and encoded through ``io``; ``ng_trajectory`` whenever there is
-    evidence). With ``compactor``, the rollout's capture is then compacted, failed or not
-    (batched with the others finishing, ``CaptureCompactor``); a compaction that fails is a
-    warning only.
+    capture to attach, read through ``store`` in ``io``; ``ng_trajectory`` whenever there is
+    evidence). The line is encoded where it is built (in ``io``, or here when there is nothing
+    to read); with ``encode=False`` it is left as the outcome's ``value``, for a writer that
+    encodes in a thread of its own. With
+    ``compactor``, the rollout's capture is then compacted, failed or not (batched with the
+    others finishing, ``CaptureCompactor``); a compaction that fails is a warning only.
     """
     try:
         answer, latency_ms = await _call_agent(agent, rollout)
     except _RolloutFailed as exc:
-        line = failure_line(rollout, exc.kind, str(exc), **exc.detail)
+        failed = failure_line(rollout, exc.kind, str(exc), **exc.detail)
         if compactor is not None:  # its calls stay for `capture show`, compacted all the same
             await compactor.compact(rollout.rollout_id)
+        unreachable = exc.model_unreachable
+        if not encode:
+            return RolloutOutcome(
+                RolloutOutcome.FAILED, model_unreachable=unreachable, value=failed
+            )
         return RolloutOutcome(
-            RolloutOutcome.FAILED,
-            orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE),
-            model_unreachable=exc.model_unreachable,
+            RolloutOutcome.FAILED, _encoded(failed), model_unreachable=unreachable
         )
-    work = (_encode_rollout, (store, rollout, answer, latency_ms))
+    args = (store, rollout, answer, latency_ms)
+    build: Callable[..., Line] = _encode_rollout if encode else _rollout_line
     if store is None and not has_evidence(answer):
-        data = _encode_rollout(*work[1])  # nothing to read or build: no thread needed
+        line = build(*args)  # nothing to read or build: no thread needed
     else:
-        data = await io.submit(work)
+        line = await io.submit((build, args))
     if compactor is not None:
         await compactor.compact(rollout.rollout_id)
-    return RolloutOutcome(RolloutOutcome.OK, data)
+    if isinstance(line, bytes):
+        return RolloutOutcome(RolloutOutcome.OK, line)
+    return RolloutOutcome(RolloutOutcome.OK, value=line)
 
 
 async def _call_agent(agent: AgentCall, rollout: Rollout) -> tuple[dict[str, Any], float]:
@@ -698,19 +714,35 @@ def _start_capture(store: CaptureStore, rollout_id: str) -> None:
     store.reset(rollout_id)
 
 
+def _rollout_line(
+    store: CaptureStore | None,
+    rollout: Rollout,
+    answer: Mapping[str, Any],
+    latency_ms: float,
+) -> dict[str, Any]:
+    # The collector's own store: the capture is read through it as it is, no store made anew.
+    return rollout_line(
+        rollout,
+        answer,
+        capture_dirs=() if store is None else (store,),
+        observability_enabled=store is not None,
+        rollout_latency_ms=latency_ms,
+    )
+
+
 def _encode_rollout(
     store: CaptureStore | None,
     rollout: Rollout,
     answer: Mapping[str, Any],
     latency_ms: float,
 ) -> bytes:
-    line = rollout_line(
-        rollout,
-        answer,
-        capture_dirs=() if store is None else (store.directory,),
-        observability_enabled=store is not None,
-        rollout_latency_ms=latency_ms,
-    )
+    return _encoded(_rollout_line(store, rollout, answer, latency_ms))
+
+
+def _encoded(line: Line) -> bytes:
+    """A line as the output and failures files hold it: its JSON, newline included."""
+    if isinstance(line, bytes):
+        return line
     return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
 
 

@@ -19,7 +19,7 @@ is a gap on the line. ``rollout_for_export`` is the line as experiment trackers 
 from __future__ import annotations
 
 from rollcap.attachment import CaptureRead
-from rollcap.evidence._attach import attach, read_capture
+from rollcap.evidence._attach import CaptureDir, attach, read_capture
 from rollcap.evidence._capture import (
     capture_object,
     merge_model_call_capture,
@@ -51,9 +51,11 @@ from rollcap.evidence._perf import (
     aggregate_request_row,
     attach_ng_perf,
     build_ng_perf,
+    ng_perf_of,
     perf_summary,
 )
 from rollcap.evidence._trajectory import (
+    attach_trajectory,
     attach_trajectory_record,
     build_trajectory,
     trajectory_identity,
@@ -68,6 +70,7 @@ __all__ = [
     "TRAJECTORY_KEY",
     "AgentInvocation",
     "AgentObservationBundle",
+    "CaptureDir",
     "CaptureRead",
     "ContextCompactionObservation",
     "ModelCallRef",
@@ -86,12 +89,14 @@ __all__ = [
     "associate_compaction_calls",
     "attach",
     "attach_ng_perf",
+    "attach_trajectory",
     "attach_trajectory_record",
     "build_ng_perf",
     "build_trajectory",
     "capture_object",
     "join_model_call_observations",
     "merge_model_call_capture",
+    "ng_perf_of",
     "payloads_redacted",
     "perf_summary",
     "read_capture",

@@ -10,7 +10,9 @@ tolerant read of the rollout's capture found (``CaptureRead``) and writes, in pl
   their payloads unless ``include_payloads``, the gaps without null keys and only when there
   are some (EVIDENCE.md section 3.1).
 
-The join always sees the calls' payloads; ``include_payloads`` only decides the dump.
+The join always sees the calls' payloads; ``include_payloads`` only decides the dump. The
+joined bundle comes back as the model it was dumped from, for the trajectory to build on
+without validating its own dump again.
 """
 
 from __future__ import annotations
@@ -75,28 +77,32 @@ def merge_model_call_capture(
     read: CaptureRead,
     *,
     include_payloads: bool,
-) -> None:
+) -> AgentObservationBundle | None:
     """Write the joined bundle and ``ng_model_call_capture`` into ``record``; never raises
-    for what the agent sent."""
+    for what the agent sent. Returns the joined bundle whose dump it wrote (``None``: the
+    record's ``ng_agent_observations``, if any, is the agent's value as sent)."""
     gaps = read.gaps()
     observations = record.get(OBSERVATIONS_KEY)
+    joined = None
     if observations is not None:
         try:
             joined = _join(observations, read.calls)
+            record[OBSERVATIONS_KEY] = dump(joined)
         except Exception:  # an invalid bundle included: the agent's value stays as sent
+            joined = None
             gaps.append(Gap(GAP_JOIN_FAILED))
-        else:
-            record[OBSERVATIONS_KEY] = joined
     record[CAPTURE_KEY] = capture_object(
         rollout_id, read.calls, gaps, include_payloads=include_payloads
     )
+    return joined
 
 
-def _join(observations: object, calls: Sequence[ModelCallRecord]) -> dict[str, Any]:
+def _join(observations: object, calls: Sequence[ModelCallRecord]) -> AgentObservationBundle:
+    # The agent's bundle is validated here, and nobody else holds the model: joined in place.
     bundle = AgentObservationBundle.model_validate(observations)
     if bundle.source == CLAUDE_CODE_SOURCE:
         try:
             bundle = associate_compaction_calls(bundle, calls)
         except Exception:
             bundle.gaps = [*bundle.gaps, Gap(GAP_COMPACTION_JOIN_FAILED)]
-    return dump(join_model_call_observations(bundle, calls))
+    return join_model_call_observations(bundle, calls, copy=False)

@@ -129,10 +129,14 @@ def _call_detail(call: ModelCallRecord) -> str | None:
 
 
 def join_model_call_observations(
-    bundle: AgentObservationBundle, calls: Sequence[ModelCallRecord]
+    bundle: AgentObservationBundle, calls: Sequence[ModelCallRecord], *, copy: bool = True
 ) -> AgentObservationBundle:
-    """``bundle`` with its refs resolved against ``calls`` (capture order); see the module."""
-    result = bundle.model_copy(deep=True)
+    """``bundle`` with its refs resolved against ``calls`` (capture order); see the module.
+
+    ``copy=False`` joins into ``bundle`` itself and returns it, for a caller that holds the
+    only reference to it; a join that raises then leaves it half joined.
+    """
+    result = bundle.model_copy(deep=True) if copy else bundle
     invocations = result.invocations()
     compactions = [r for r in result.records if isinstance(r, ContextCompactionObservation)]
     index = CallIndex(calls)

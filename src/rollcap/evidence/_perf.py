@@ -28,6 +28,7 @@ __all__ = [
     "aggregate_request_row",
     "attach_ng_perf",
     "build_ng_perf",
+    "ng_perf_of",
     "percentile",
     "perf_summary",
 ]
@@ -97,7 +98,13 @@ def build_ng_perf(
     value = result.get(TRAJECTORY_KEY)
     if not isinstance(value, dict):
         return None
-    trajectory = TrajectoryRecord.model_validate(value)
+    return ng_perf_of(TrajectoryRecord.model_validate(value), rollout_latency_ms)
+
+
+def ng_perf_of(
+    trajectory: TrajectoryRecord, rollout_latency_ms: float | None
+) -> dict[str, Any] | None:
+    """``build_ng_perf`` of a trajectory record already made."""
     if not trajectory.invocations:
         return None
     positions = _Positions(trajectory.model_calls)
@@ -135,13 +142,24 @@ def build_ng_perf(
 
 
 def attach_ng_perf(
-    result: dict[str, Any], observability_enabled: bool, rollout_latency_ms: float | None
+    result: dict[str, Any],
+    observability_enabled: bool,
+    rollout_latency_ms: float | None,
+    *,
+    trajectory: TrajectoryRecord | None = None,
 ) -> None:
-    """``result["ng_perf"]`` when observability is on and the trajectory allows one."""
+    """``result["ng_perf"]`` when observability is on and the trajectory allows one.
+
+    ``trajectory``: the record ``result["ng_trajectory"]`` was dumped from, read as it is
+    instead of validating the dump again.
+    """
     if not observability_enabled:
         return
     try:
-        perf = build_ng_perf(result, rollout_latency_ms)
+        if trajectory is None:
+            perf = build_ng_perf(result, rollout_latency_ms)
+        else:
+            perf = ng_perf_of(trajectory, rollout_latency_ms)
     except Exception:  # evidence that cannot give figures gives none, and loses nothing
         return
     if perf:

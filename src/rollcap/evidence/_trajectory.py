@@ -10,6 +10,9 @@ evidence cannot make a valid record (a negative latency, two calls with one id, 
 payloads there: the attachment's calls drop theirs. When building raises, there is no
 trajectory, the payloads stay, and ``trajectory_projection_failed`` (with the exception's
 class name) goes to the capture gaps, else the bundle's, else a minimal trajectory (section 6).
+``attach_trajectory`` does the same and returns the record it dumped, and takes the bundle a
+merge joined as the model it is: what the pipeline built itself is read as built, never
+validated again from its dump; the agent's own evidence always is.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from rollcap.ids import record_rollout_id
 from rollcap.records import GAP_TRAJECTORY_PROJECTION_FAILED, Gap
 
 __all__ = [
+    "attach_trajectory",
     "attach_trajectory_record",
     "build_trajectory",
     "trajectory_identity",
@@ -261,6 +265,14 @@ def _turns_from_calls(
 
 def build_trajectory(row: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
     """The ``ng_trajectory`` dump of a rollout (section 5.3); raises when it cannot be made."""
+    return dump(_build(row, result, None))
+
+
+def _build(
+    row: Mapping[str, Any], result: Mapping[str, Any], joined: AgentObservationBundle | None
+) -> TrajectoryRecord:
+    """``build_trajectory``'s record; ``joined``, when given, is the bundle that
+    ``result["ng_agent_observations"]`` was dumped from, read instead of its dump."""
     task_id, rollout_id = trajectory_identity(row)
     gaps: list[Gap] = []
     invocations: list[AgentInvocation] = []
@@ -298,7 +310,9 @@ def build_trajectory(row: Mapping[str, Any], result: Mapping[str, Any]) -> dict[
     observations = result.get(OBSERVATIONS_KEY)
     if observations is not None:
         try:
-            bundle = AgentObservationBundle.model_validate(observations)
+            bundle = (
+                AgentObservationBundle.model_validate(observations) if joined is None else joined
+            )
         except Exception as exc:
             gaps.append(Gap(GAP_AGENT_OBSERVATIONS_INVALID, _class_name(exc)))
         else:
@@ -379,16 +393,14 @@ def build_trajectory(row: Mapping[str, Any], result: Mapping[str, Any]) -> dict[
         gaps.append(Gap(GAP_CONVERSATION_UNAVAILABLE))
 
     # H. One valid record.
-    return dump(
-        TrajectoryRecord(
-            task_id=task_id,
-            rollout_id=rollout_id,
-            invocations=invocations,
-            turns=turns,
-            model_calls=model_calls,
-            tool_calls=tools,
-            gaps=dedupe_gaps(gaps),
-        )
+    return TrajectoryRecord(
+        task_id=task_id,
+        rollout_id=rollout_id,
+        invocations=invocations,
+        turns=turns,
+        model_calls=model_calls,
+        tool_calls=tools,
+        gaps=dedupe_gaps(gaps),
     )
 
 
@@ -398,11 +410,24 @@ def attach_trajectory_record(row: Mapping[str, Any], result: dict[str, Any]) -> 
     Returns whether a trajectory was built. A failure keeps the payloads and records
     ``trajectory_projection_failed``; the agent's own ``ng_trajectory`` is gone either way.
     """
+    return attach_trajectory(row, result) is not None
+
+
+def attach_trajectory(
+    row: Mapping[str, Any],
+    result: dict[str, Any],
+    *,
+    joined: AgentObservationBundle | None = None,
+) -> TrajectoryRecord | None:
+    """``attach_trajectory_record``, returning the record it dumped to ``ng_trajectory``
+    (``None``: none was built). ``joined``: the bundle a merge dumped to
+    ``result["ng_agent_observations"]``, built on as it is instead of validating its dump."""
     try:
-        trajectory = build_trajectory(row, result)
+        record = _build(row, result, joined)
+        trajectory = dump(record)
     except Exception as exc:
         _record_failure(row, result, _class_name(exc))
-        return False
+        return None
     result[TRAJECTORY_KEY] = trajectory
     capture = result.get(CAPTURE_KEY)
     calls = capture.get("calls") if isinstance(capture, dict) else None
@@ -417,7 +442,7 @@ def attach_trajectory_record(row: Mapping[str, Any], result: dict[str, Any]) -> 
                 for call in calls
             ],
         }
-    return True
+    return record
 
 
 def _record_failure(row: Mapping[str, Any], result: dict[str, Any], name: str) -> None:
