@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 
 def stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
@@ -58,3 +60,36 @@ def agent_url(lines: list[str]) -> str:
         if line.startswith("responses_api_agents"):
             return line.split()[-1]
     raise RuntimeError("env start printed no agent")
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    """User + system CPU seconds of a process: its main thread, and all its threads together
+    (threads that have ended included)."""
+
+    main: float
+    total: float
+
+    def __sub__(self, other: Cpu) -> Cpu:
+        return Cpu(self.main - other.main, self.total - other.total)
+
+    @property
+    def threads(self) -> float:
+        """What every thread but the main one spent (the two readings are a tick apart at
+        most: never below zero)."""
+        return max(0.0, self.total - self.main)
+
+
+def _stat_seconds(path: str) -> float:
+    with open(path) as stat:
+        # The command name (field 2) may hold spaces: the fields after it follow its ")".
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+
+
+def cpu_of(pid: int) -> Cpu:
+    """The process's CPU so far, from ``/proc`` (Linux), at the kernel's tick (10 ms)."""
+    return Cpu(_stat_seconds(f"/proc/{pid}/task/{pid}/stat"), _stat_seconds(f"/proc/{pid}/stat"))

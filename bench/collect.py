@@ -17,9 +17,13 @@ of three arms:
   its line is built (``compress_capture_level``, the default level).
 
 Reported: the median rollouts/s of each arm, the ratios capture on / off, evidence on / off and
-compacted / capture on,
-and what the raw system calls of one rollout's file cost beside the capture directories before
-and after the run (see ``_raw_costs_us``).
+compacted / capture on; the CPU each process spent per rollout in each arm (user + system, from
+``/proc``, median over the rounds): the collector (this process), the environment (``env
+start`` runs the model server, the agent and the resources server in one process, on one
+event loop) and the fake upstream, each as its main thread (the event loop) and its other
+threads (the collector's I/O threads; the model server's record writer and syncs); and what the
+raw system calls of one rollout's file cost beside the capture directories before and after
+the run (see ``_raw_costs_us``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _procs import agent_url, free_port, started
+from _procs import Cpu, agent_url, cpu_of, free_port, started
 from rollcap.collect import collect
 from rollcap.gym import example_data_path
 from rollcap.store import DEFAULT_LEVEL
@@ -46,8 +50,15 @@ KEY = "bench-key"
 ROUNDS = 3
 
 
+# The processes whose CPU is reported, in the order of the table's columns.
+PROCESSES = ("collector", "environment", "fake upstream")
+
+
 def _run(agent: str, example: Path, out: Path, capture_dir: Path | None, repeats: int,
-         concurrency: int, compress: int | None = None) -> float:  # fmt: skip
+         concurrency: int, pids: dict[str, int],
+         compress: int | None = None) -> tuple[float, dict[str, Cpu]]:  # fmt: skip
+    """The run's rollouts/s, and each process's CPU per rollout (seconds) while it ran."""
+    before = {name: cpu_of(pid) for name, pid in pids.items()}
     start = time.perf_counter()
     summary = asyncio.run(
         collect(
@@ -61,8 +72,28 @@ def _run(agent: str, example: Path, out: Path, capture_dir: Path | None, repeats
         )
     )
     elapsed = time.perf_counter() - start
+    spent = {name: cpu_of(pid) - before[name] for name, pid in pids.items()}
     assert summary.failed == 0, summary
-    return summary.ran / elapsed
+    ran = summary.ran
+    return ran / elapsed, {
+        name: Cpu(cpu.main / ran, cpu.total / ran) for name, cpu in spent.items()
+    }
+
+
+def _cpu_table(cpu: dict[str, list[dict[str, Cpu]]]) -> list[str]:
+    """Per arm, each process's CPU per rollout in us as ``loop + threads``, and the sum."""
+    head = "".join(f"{name:>22}" for name in PROCESSES)
+    lines = [f"{'us per rollout':<14}{head}{'all':>8}"]
+    for arm, rounds in cpu.items():
+        cells = []
+        total = 0.0
+        for name in PROCESSES:
+            main = statistics.median(r[name].main for r in rounds) * 1e6
+            threads = statistics.median(r[name].threads for r in rounds) * 1e6
+            total += main + threads
+            cells.append(f"{f'{main:.0f} + {threads:.0f}':>22}")
+        lines.append(f"{arm:<14}{''.join(cells)}{total:>8.0f}")
+    return lines
 
 
 def _raw_costs_us(directory: Path, count: int = 200) -> tuple[float, float, float]:
@@ -118,17 +149,30 @@ def main() -> None:
            "--model-type", "openai_model"]  # fmt: skip
     try:
         up_args = [sys.executable, "-m", "rollcap.testing", "--port", "0", "--api-key", KEY]
-        with started(up_args, "http") as (_, up_lines):
+        with started(up_args, "http") as (up_proc, up_lines):
             upstream = up_lines[0].strip()
             common = [f"++policy_base_url={upstream}/v1", f"++policy_api_key={KEY}"]
             arms = ("capture off", "capture on", "evidence off", "compacted")
             rates: dict[str, list[float]] = {arm: [] for arm in arms}
-            with started([*env, "--head-port", str(free_port()), *common], "head") as (_, off):
+            cpu: dict[str, list[dict[str, Cpu]]] = {arm: [] for arm in arms}
+            with started([*env, "--head-port", str(free_port()), *common], "head") as (
+                off_proc,
+                off,
+            ):
+                pids = {"collector": os.getpid(), "fake upstream": up_proc.pid}
                 for n in range(ROUNDS):
                     out = work / f"off-{n}.jsonl"
-                    rates["capture off"].append(
-                        _run(agent_url(off), example, out, None, repeats, args.concurrency)
+                    rate, spent = _run(
+                        agent_url(off),
+                        example,
+                        out,
+                        None,
+                        repeats,
+                        args.concurrency,
+                        {**pids, "environment": off_proc.pid},
                     )
+                    rates["capture off"].append(rate)
+                    cpu["capture off"].append(spent)
                     # Each capture-on round is a new run: a fresh environment and an empty
                     # capture directory, as a user's next run would have.
                     for arm in arms[1:]:
@@ -138,14 +182,22 @@ def main() -> None:
                             f"++model_call_capture_dir={calls}",
                         ]
                         on_env = [*env, "--head-port", str(free_port()), *common, *capture]
-                        with started(on_env, "head") as (_, on):
+                        with started(on_env, "head") as (on_proc, on):
                             out = work / f"{arm.replace(' ', '-')}-{n}.jsonl"
                             read = None if arm == "evidence off" else calls
                             level = DEFAULT_LEVEL if arm == "compacted" else None
-                            rate = _run(
-                                agent_url(on), example, out, read, repeats, args.concurrency, level
+                            rate, spent = _run(
+                                agent_url(on),
+                                example,
+                                out,
+                                read,
+                                repeats,
+                                args.concurrency,
+                                {**pids, "environment": on_proc.pid},
+                                level,
                             )
                             rates[arm].append(rate)
+                            cpu[arm].append(spent)
                             if level is not None:
                                 assert not list(calls.glob("*.capture.jsonl")), "not compacted"
         ran = repeats * len(example.read_text().splitlines())
@@ -160,6 +212,10 @@ def main() -> None:
         print(f"evidence on / off (both captured): {evidence:.2f}")
         compacted = median["compacted"] / median["capture on"]
         print(f"compacted / capture on (level {DEFAULT_LEVEL}): {compacted:.2f}")
+        print("CPU per rollout, user + system, median of the rounds (main thread + the others;")
+        print("the environment is the model server, the agent and the resources server):")
+        for line in _cpu_table(cpu):
+            print("  " + line)
         raw_after = _raw_costs_us(work / "probe-after")
         print("raw system calls of one rollout file beside the capture directories, CPU:")
         print(_costs_line("  before the run", raw_before))
