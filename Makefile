@@ -133,6 +133,7 @@ demo: $(DEMO_STAMP)
 
 bench: $(STAMP) browser
 	$(BIN)/python bench/store.py
+	$(BIN)/python bench/store.py --sync
 	$(BIN)/python bench/proxy.py
 	$(BIN)/python bench/websocket.py
 	$(BIN)/python bench/reassembly.py
