@@ -40,6 +40,7 @@ DISK = Path(__file__).resolve().parent.parent / "store" / "_volatile_disk.py"
 IMAGE_BYTES = 320 << 20  # xfs wants at least 300 MiB
 CONCURRENT = 64
 ROLLOUTS = 64
+ANSWERED_FIRST = 50  # calls answered before the moment of the cut is drawn
 MOUNT_OPTIONS = {"ext4": "commit=30", "xfs": "defaults"}
 MKFS = {"ext4": ["mkfs.ext4", "-q", "-F"], "xfs": ["mkfs.xfs", "-q", "-f"]}
 
@@ -169,7 +170,11 @@ async def _load_then_cut(
             return f"{base}/ng-rollout/{rollout}/v1/chat/completions"
 
         clients = [asyncio.create_task(client(session, url)) for _ in range(CONCURRENT)]
-        await asyncio.sleep(rng.uniform(0.5, 2.0))
+        # The cut falls at a random moment once calls are flowing, however slow the machine.
+        deadline = time.monotonic() + 60
+        while len(seen) < ANSWERED_FIRST and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(rng.uniform(0.0, 1.5))
         # No await between the two: no answer can be taken in between.
         before = set(seen)
         fs.cut()
@@ -200,7 +205,7 @@ async def test_every_call_a_client_saw_end_is_on_disk_after_a_power_cut(
         answered = await _load_then_cut(upstream, fs, sync, random.Random(seed))
         with fs.after_the_cut() as kept:
             tags = _kept_tags(kept)
-    assert len(answered) >= 50, f"too few calls before the cut to tell anything (seed {seed})"
+    assert len(answered) >= ANSWERED_FIRST, f"too few calls before the cut (seed {seed})"
     lost = answered - tags
     assert not lost, f"{len(lost)} of {len(answered)} answered calls lost (seed {seed})"
 
@@ -221,5 +226,5 @@ async def test_without_a_sync_the_same_cut_loses_answered_calls(
         monkeypatch.undo()  # the mounts' own syncs are real
         with fs.after_the_cut() as kept:
             tags = _kept_tags(kept)
-    assert len(answered) >= 50
+    assert len(answered) >= ANSWERED_FIRST
     assert len(answered - tags) > len(answered) // 2, (len(answered), len(tags), seed)
