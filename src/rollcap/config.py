@@ -23,7 +23,7 @@ import yaml
 from rollcap.records import CAPTURE_MAX_RESPONSE_BYTES
 from rollcap.status._rules import LiveStatusSettings
 from rollcap.store._frames import DEFAULT_LEVEL, MAX_LEVEL, check_level
-from rollcap.store._sync import SYNC_MODES
+from rollcap.store._sync import check_sync
 
 __all__ = [
     "CLIENT_SESSION_HEADERS",
@@ -243,9 +243,10 @@ class RunSettings:
         compress = config.get("capture_compress", False)
         if not isinstance(compress, bool):
             raise ConfigError(f"capture_compress must be true or false, got {compress!r}")
-        sync = config.get("capture_sync", "auto")
-        if sync not in SYNC_MODES:
-            raise ConfigError(f"capture_sync must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
+        try:
+            sync = check_sync(config.get("capture_sync", "auto"), "capture_sync")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         token_capture = TokenCaptureSettings.from_config(
             config.get("token_id_capture"), capture_dir
         )

@@ -65,7 +65,7 @@ from rollcap.server._socket import RESPONSES_PATH, ResponsesSockets
 from rollcap.server._translating import CHAT_PATH, TO_CHAT, StreamTranslator, Translation
 from rollcap.server._upstream import LOCAL_MODEL, Backend, backend_for
 from rollcap.sse import SSEDecoder, encode_event, is_event_stream
-from rollcap.store import SYNC_MODES, CaptureStore
+from rollcap.store import CaptureStore, check_sync
 
 if TYPE_CHECKING:
     from rollcap.server._staged import StagedCalls
@@ -126,10 +126,7 @@ class ModelServerSettings:
                     "token_id_capture.external_staging needs an absolute ledger directory "
                     "(token_id_capture.dir or model_call_capture_dir)"
                 )
-        if self.capture_sync not in SYNC_MODES:
-            raise ValueError(
-                f"capture_sync must be one of {', '.join(SYNC_MODES)}, got {self.capture_sync!r}"
-            )
+        check_sync(self.capture_sync, "capture_sync")
         if self.capture_dir is not None and not Path(self.capture_dir).is_absolute():
             raise ValueError(
                 f"model_call_capture_dir must be an absolute path, got {str(self.capture_dir)!r}"

@@ -39,7 +39,7 @@ from rollcap.store._jsonl import (
     whole_frames_length,
 )
 from rollcap.store._shared import LOCK_PROBE_NAME, CaptureDirError, check_capture_dir, try_lock
-from rollcap.store._sync import SYNC_MODES
+from rollcap.store._sync import SYNC_MODES, check_sync
 
 __all__ = [
     "CAPTURE_SUFFIX",
@@ -61,6 +61,7 @@ __all__ = [
     "aggregate_model_call_metrics",
     "check_capture_dir",
     "check_level",
+    "check_sync",
     "compress_directory",
     "decompress_directory",
     "is_compressed",

@@ -49,7 +49,7 @@ from rollcap.store._forms import (
 from rollcap.store._frames import DEFAULT_LEVEL, ZSTD_SUFFIX, Gap, check_level
 from rollcap.store._group_commit import Handle, Pending, Sync, commit, finish
 from rollcap.store._shared import on_shared_filesystem
-from rollcap.store._sync import SYNC_MODES, SyncMode, resolve_sync, syncfs
+from rollcap.store._sync import SyncMode, check_sync, resolve_sync, syncfs
 
 __all__ = [
     "CAPTURE_SUFFIX",
@@ -178,9 +178,7 @@ class CaptureStore:
         if check_identity is None:
             check_identity = on_shared_filesystem(directory)
         self._check_identity = check_identity
-        if sync not in SYNC_MODES:
-            raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
-        self._sync_asked = sync
+        self._sync_asked = check_sync(sync)
         # Resolved on the first append_many (it reads the mount table): readers never need it.
         self._sync: SyncMode | None = None if sync == "auto" else resolve_sync(sync, directory)
         self._lock = threading.Lock()  # guards _handles
@@ -337,9 +335,12 @@ class CaptureStore:
         is written and synced. One file's failure fails only that file's items.
         """
         results: list[BaseException | None] = [None] * len(items)
-        # A batch of one file is synced alone: a syncfs costs more than one file's fsync.
-        whole = self.sync_mode == "syncfs" and len({rollout for rollout, _ in items}) > 1
-        files = self._open_all(items, results, sync_directory=not whole)
+        files = self._open_all(items, results)
+        # A batch of one file is synced alone: a syncfs costs more than one file's fsync. The
+        # syncfs also makes new files' directory entries durable; fsyncs need the directory's.
+        whole = len(files) > 1 and self.sync_mode == "syncfs"
+        if not whole:
+            files = self._sync_new_entries(files, results)
         stale: list[_FileBatch] = []  # unlinked under us: appended again, one by one
         written = self._write_all(files, results, stale)
         if whole:
@@ -362,14 +363,10 @@ class CaptureStore:
         return self._sync
 
     def _open_all(
-        self,
-        items: Sequence[tuple[str, RawRecord | Mapping[str, Any]]],
-        results: list[Any],
-        *,
-        sync_directory: bool,
+        self, items: Sequence[tuple[str, RawRecord | Mapping[str, Any]]], results: list[Any]
     ) -> list[_FileBatch]:
-        """Each file's lines and its handle open; with ``sync_directory``, the directory entry
-        of every file it created durable (else the batch's ``syncfs`` makes it so)."""
+        """Each file's lines and its handle open (its directory entry, if it was created, not
+        yet durable)."""
         lines: list[bytes] = [b""] * len(items)
         groups: dict[str, list[int]] = {}
         for index, (rollout_id, record) in enumerate(items):
@@ -391,8 +388,13 @@ class CaptureStore:
             for i in indexes:
                 lines[i] = b""  # joined: held once, not twice, while the batch is written
             files.append(_FileBatch(path, indexes, handle, new, pending))
+        return files
+
+    def _sync_new_entries(self, files: list[_FileBatch], results: list[Any]) -> list[_FileBatch]:
+        """Make the directory entries of the files the batch created durable; the files left
+        (a new file whose entry could not be synced fails)."""
         created = [batch for batch in files if batch.created]
-        if sync_directory and (created or self._directory_unsynced):
+        if created or self._directory_unsynced:
             # Every file this batch created is in the one directory: one sync makes all
             # their entries durable (a collection run creates a file per rollout).
             try:

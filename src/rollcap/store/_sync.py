@@ -25,7 +25,7 @@ from typing import Literal
 from rollcap.store._mounts import syncfs_commits
 from rollcap.store._shared import mount_of
 
-__all__ = ["SYNC_MODES", "SyncMode", "resolve_sync", "syncfs"]
+__all__ = ["SYNC_MODES", "SyncMode", "check_sync", "resolve_sync", "syncfs"]
 
 SyncMode = Literal["fsync", "syncfs"]
 # What a user may ask for: "auto" resolves to one of the others per capture directory.
@@ -59,15 +59,21 @@ def syncfs(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+def check_sync(mode: object, name: str = "sync") -> str:
+    """``mode`` if it is one of ``SYNC_MODES``; else ``ValueError`` naming the setting."""
+    if mode not in SYNC_MODES:
+        raise ValueError(f"{name} must be one of {', '.join(SYNC_MODES)}, got {mode!r}")
+    assert isinstance(mode, str)
+    return mode
+
+
 def resolve_sync(mode: str, directory: str | os.PathLike[str]) -> SyncMode:
     """The sync a store on ``directory`` uses for ``mode`` (one of ``SYNC_MODES``).
 
     ``syncfs`` asked for where the system has none is a ``ValueError``; ``auto`` is ``syncfs``
     only on a filesystem known to commit everything with it, else ``fsync``.
     """
-    if mode not in SYNC_MODES:
-        raise ValueError(f"capture sync must be one of {', '.join(SYNC_MODES)}, got {mode!r}")
-    if mode == "fsync":
+    if check_sync(mode) == "fsync":
         return "fsync"
     if _SYNCFS is None:
         if mode == "syncfs":
